@@ -1,0 +1,23 @@
+"""django-arcature: a durable, database-backed background job queue for Django.
+
+Only the public API is imported here, and none of it loads models, so
+``from django_arcature import job`` is safe in any module, settings included.
+"""
+
+from __future__ import annotations
+
+from .exceptions import ArcatureError, MalformedPayload, Permanent, UnknownTask
+from .registry import job
+from .retry import RetryPolicy
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "ArcatureError",
+    "MalformedPayload",
+    "Permanent",
+    "RetryPolicy",
+    "UnknownTask",
+    "__version__",
+    "job",
+]

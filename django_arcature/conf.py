@@ -1,0 +1,162 @@
+"""The ``ARCATURE`` setting: every tunable read in one place, with its default.
+
+Other modules call :func:`get_settings` instead of touching
+``django.conf.settings`` so that a typo in a key is caught once, by the system
+check in :mod:`django_arcature.checks`, rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+#: Defaults for every key of ``settings.ARCATURE``; documented in README.md.
+DEFAULTS: dict[str, Any] = {
+    # How long a claim lives without a heartbeat before the sweep may take it back.
+    "LEASE_SECONDS": 30,
+    # How long an idle worker waits between polls when it has no wake-up channel.
+    "POLL_INTERVAL": 1.0,
+    # How many jobs one claim round trip takes at most.
+    "BATCH_SIZE": 50,
+    # Handler threads per worker process.
+    "CONCURRENCY": 4,
+    # Attempts a job gets unless its @job or enqueue call says otherwise.
+    "MAX_ATTEMPTS": 3,
+    # Default per-attempt timeout in seconds; None means no timeout.
+    "TIMEOUT": None,
+    # Exponential backoff between attempts: base * factor ** (attempt - 1), capped, jittered.
+    "RETRY_BASE_SECONDS": 2.0,
+    "RETRY_FACTOR": 2.0,
+    "RETRY_MAX_SECONDS": 600.0,
+    "RETRY_JITTER": 0.1,
+    # Stored error messages are cut to this many UTF-8 bytes; tracebacks to TRACEBACK_MAX_BYTES.
+    "MESSAGE_MAX_BYTES": 2048,
+    "TRACEBACK_MAX_BYTES": 32768,
+    # How often a worker looks for expired leases, in seconds.
+    "SWEEP_INTERVAL": 5.0,
+    # How long a worker lets running jobs finish after SIGTERM before releasing them.
+    "SHUTDOWN_TIMEOUT": 30.0,
+    # The queue a job goes to when neither @job nor enqueue names one.
+    "DEFAULT_QUEUE": "default",
+    # Wake idle PostgreSQL workers with LISTEN/NOTIFY (turn off behind PgBouncer
+    # in transaction mode, where LISTEN does not work).
+    "USE_LISTEN_NOTIFY": True,
+    # Run jobs inline at enqueue time (for tests); still validated and recorded.
+    "EAGER": False,
+}
+
+
+@dataclass(frozen=True)
+class ArcatureSettings:
+    """A typed, validated snapshot of ``settings.ARCATURE`` merged over the defaults."""
+
+    lease_seconds: int = DEFAULTS["LEASE_SECONDS"]
+    poll_interval: float = DEFAULTS["POLL_INTERVAL"]
+    batch_size: int = DEFAULTS["BATCH_SIZE"]
+    concurrency: int = DEFAULTS["CONCURRENCY"]
+    max_attempts: int = DEFAULTS["MAX_ATTEMPTS"]
+    timeout: float | None = DEFAULTS["TIMEOUT"]
+    retry_base_seconds: float = DEFAULTS["RETRY_BASE_SECONDS"]
+    retry_factor: float = DEFAULTS["RETRY_FACTOR"]
+    retry_max_seconds: float = DEFAULTS["RETRY_MAX_SECONDS"]
+    retry_jitter: float = DEFAULTS["RETRY_JITTER"]
+    message_max_bytes: int = DEFAULTS["MESSAGE_MAX_BYTES"]
+    traceback_max_bytes: int = DEFAULTS["TRACEBACK_MAX_BYTES"]
+    sweep_interval: float = DEFAULTS["SWEEP_INTERVAL"]
+    shutdown_timeout: float = DEFAULTS["SHUTDOWN_TIMEOUT"]
+    default_queue: str = DEFAULTS["DEFAULT_QUEUE"]
+    use_listen_notify: bool = DEFAULTS["USE_LISTEN_NOTIFY"]
+    eager: bool = DEFAULTS["EAGER"]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# key -> (check, what to write instead). Each check gets the value.
+_RULES: dict[str, tuple[Any, str]] = {
+    "LEASE_SECONDS": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        "a whole number of seconds, at least 1 (e.g. 30)",
+    ),
+    "POLL_INTERVAL": (lambda v: _is_number(v) and v > 0, "a number of seconds above 0 (e.g. 1.0)"),
+    "BATCH_SIZE": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10_000,
+        "a whole number from 1 to 10000 (e.g. 50)",
+    ),
+    "CONCURRENCY": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024,
+        "a whole number of threads from 1 to 1024 (e.g. 4)",
+    ),
+    "MAX_ATTEMPTS": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        "a whole number, at least 1 (e.g. 3)",
+    ),
+    "TIMEOUT": (
+        lambda v: v is None or (_is_number(v) and v > 0),
+        "None or a number of seconds above 0 (e.g. 60)",
+    ),
+    "RETRY_BASE_SECONDS": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
+    "RETRY_FACTOR": (lambda v: _is_number(v) and v >= 1, "a number, 1 or more (e.g. 2.0)"),
+    "RETRY_MAX_SECONDS": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
+    "RETRY_JITTER": (lambda v: _is_number(v) and 0 <= v <= 1, "a fraction from 0 to 1 (e.g. 0.1)"),
+    "MESSAGE_MAX_BYTES": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 64,
+        "a whole number of bytes, at least 64 (e.g. 2048)",
+    ),
+    "TRACEBACK_MAX_BYTES": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 64,
+        "a whole number of bytes, at least 64 (e.g. 32768)",
+    ),
+    "SWEEP_INTERVAL": (lambda v: _is_number(v) and v > 0, "a number of seconds above 0 (e.g. 5)"),
+    "SHUTDOWN_TIMEOUT": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
+    "DEFAULT_QUEUE": (
+        lambda v: isinstance(v, str) and 0 < len(v) <= 100,
+        "a queue name of 1 to 100 characters (e.g. 'default')",
+    ),
+    "USE_LISTEN_NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
+    "EAGER": (lambda v: isinstance(v, bool), "True or False"),
+}
+
+
+def validate(raw: object) -> list[str]:
+    """Return one readable sentence per problem in a raw ``ARCATURE`` value."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        return [f"ARCATURE must be a dict, not {type(raw).__name__}."]
+    problems: list[str] = []
+    for key, value in raw.items():
+        rule = _RULES.get(key)
+        if rule is None:
+            known = ", ".join(sorted(DEFAULTS))
+            problems.append(f"ARCATURE[{key!r}] is not a known setting. Known keys: {known}.")
+            continue
+        check, expected = rule
+        if not check(value):
+            problems.append(f"ARCATURE[{key!r}] = {value!r} is invalid: use {expected}.")
+    merged = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
+    if not problems and merged["RETRY_MAX_SECONDS"] < merged["RETRY_BASE_SECONDS"]:
+        problems.append(
+            "ARCATURE['RETRY_MAX_SECONDS'] is below ARCATURE['RETRY_BASE_SECONDS']: "
+            "raise the cap or lower the base."
+        )
+    return problems
+
+
+def get_settings() -> ArcatureSettings:
+    """Read ``settings.ARCATURE`` now (so ``override_settings`` works in tests).
+
+    An invalid value raises instead of falling back to a default: a queue that
+    quietly runs with a lease other than the one configured is worse than one
+    that refuses to start.
+    """
+    raw = getattr(settings, "ARCATURE", None)
+    problems = validate(raw)
+    if problems:
+        raise ImproperlyConfigured(" ".join(problems))
+    values = {**DEFAULTS, **(raw or {})}
+    return ArcatureSettings(**{key.lower(): value for key, value in values.items()})

@@ -1,0 +1,246 @@
+"""The few places where PostgreSQL, MySQL/MariaDB and SQLite must be told apart.
+
+Everything vendor-specific lives here and branches on ``connection.vendor``;
+the manager asks this module for "the claim", "the database's clock" and
+"was that a lock conflict", and stays the same on every database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import DateTimeField, Func
+from django.db.models.sql.compiler import SQLCompiler
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: MySQL/MariaDB error codes that mean "another transaction holds what you need":
+#: 1213 deadlock (the server rolled us back), 1205 lock wait timeout.
+MYSQL_LOCK_ERRORS = frozenset({1213, 1205})
+#: How many times a statement that hit a lock conflict is tried in all.
+LOCK_RETRY_ATTEMPTS = 8
+
+
+# --- The database's clock -----------------------------------------------------
+
+
+class DatabaseNow(Func):
+    """The database server's current time in UTC, plus ``seconds`` if given.
+
+    Leases are stamped and compared with this, never with a worker's clock, so
+    a worker host whose clock runs ahead cannot declare a live lease expired.
+    Django's own ``Now()`` is not used: on MySQL it reads the session time zone.
+    """
+
+    output_field = DateTimeField()
+    arity = 0
+
+    def __init__(self, seconds: float = 0) -> None:
+        super().__init__()
+        self.seconds = float(seconds)
+
+    def as_sql(  # type: ignore[override]
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> tuple[str, list[Any]]:
+        return now_sql(connection.vendor, self.seconds), []
+
+
+def now_sql(vendor: str, seconds: float = 0) -> str:
+    """SQL for "now + seconds" on the database's clock, in UTC."""
+    seconds = float(seconds)
+    if vendor == "postgresql":
+        base = "STATEMENT_TIMESTAMP()"
+        return f"({base} + make_interval(secs => {seconds!r}))" if seconds else base
+    if vendor == "mysql":
+        micros = round(seconds * 1_000_000)
+        base = "UTC_TIMESTAMP(6)"
+        return f"TIMESTAMPADD(MICROSECOND, {micros}, {base})" if micros else base
+    if vendor == "sqlite":
+        if seconds:
+            return f"STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '{seconds:+.3f} seconds')"
+        return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+    raise NotImplementedError(f"django-arcature does not support the {vendor!r} database")
+
+
+# --- Lock conflicts -----------------------------------------------------------------
+
+
+def is_lock_conflict(exc: BaseException, vendor: str) -> bool:
+    """True when ``exc`` means "try again shortly", not "this is wrong"."""
+    if not isinstance(exc, DatabaseError):
+        return False
+    if vendor == "mysql":
+        code = exc.args[0] if exc.args else None
+        return code in MYSQL_LOCK_ERRORS
+    if vendor == "sqlite":
+        text = str(exc).lower()
+        return "database is locked" in text or "database table is locked" in text
+    if vendor == "postgresql":
+        cause = exc.__cause__
+        sqlstate = getattr(cause, "sqlstate", None)
+        return sqlstate in {"40001", "40P01", "55P03"}  # serialization, deadlock, lock n/a
+    return False
+
+
+def retry_on_lock_conflict(using: str, operation: Callable[[], T]) -> T:
+    """Run ``operation``, again after a short random pause if it hit a lock conflict.
+
+    Only when no outer transaction is open: inside one, the failed statement
+    has already spoiled the caller's transaction and retrying would hide it.
+    Bounded, so a database that stays locked is reported, not waited out forever.
+    """
+    connection = connections[using]
+    for attempt in range(1, LOCK_RETRY_ATTEMPTS + 1):
+        try:
+            return operation()
+        except OperationalError as exc:
+            if (
+                connection.in_atomic_block
+                or attempt == LOCK_RETRY_ATTEMPTS
+                or not is_lock_conflict(exc, connection.vendor)
+            ):
+                raise
+            pause = min(0.005 * 2**attempt, 0.5) * (0.5 + random.random())
+            logger.debug("lock conflict on %s (%s); retry %d in %.3fs", using, exc, attempt, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --- The claim -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """What a worker needs to run a job it now owns, and to fence its writes."""
+
+    id: uuid.UUID
+    task_name: str
+    queue: str
+    priority: int
+    payload: Any
+    attempts: int
+    max_attempts: int
+    claim_token: uuid.UUID
+    lease_seconds: int
+    backend: str = ""
+    attempt_log: list[Any] = field(default_factory=list)
+
+
+CLAIM_COLUMNS = (
+    "id",
+    "task_name",
+    "queue",
+    "priority",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "claim_token",
+    "lease_seconds",
+    "backend",
+    "attempt_log",
+)
+
+
+def _as_uuid(value: object) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _as_json(value: object) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def claimed_from_row(row: Sequence[Any]) -> ClaimedJob:
+    values = dict(zip(CLAIM_COLUMNS, row, strict=True))
+    log = _as_json(values["attempt_log"])
+    return ClaimedJob(
+        id=_as_uuid(values["id"]),
+        task_name=values["task_name"],
+        queue=values["queue"],
+        priority=values["priority"],
+        payload=_as_json(values["payload"]),
+        attempts=values["attempts"],
+        max_attempts=values["max_attempts"],
+        claim_token=_as_uuid(values["claim_token"]),
+        lease_seconds=values["lease_seconds"],
+        backend=values["backend"] or "",
+        attempt_log=log if isinstance(log, list) else [],
+    )
+
+
+def claim_in_one_statement(
+    using: str,
+    table: str,
+    worker_id: str,
+    lease_seconds: int,
+    batch: int,
+    queues: Sequence[str] | None,
+) -> list[ClaimedJob]:
+    """PostgreSQL and SQLite: pick, lock and stamp a batch in a single UPDATE … RETURNING.
+
+    On PostgreSQL the inner SELECT skips rows other claimers hold (SKIP LOCKED),
+    so concurrent workers divide the queue without waiting on each other. SQLite
+    has one writer at a time; the outer ``status = 'pending'`` re-check is the
+    compare-and-set that makes a stale read claim nothing.
+    """
+    connection = connections[using]
+    vendor = connection.vendor
+    qn = connection.ops.quote_name
+    now = now_sql(vendor)
+    expires = now_sql(vendor, lease_seconds)
+    if vendor == "postgresql":
+        token = "gen_random_uuid()"
+        lock = "FOR UPDATE SKIP LOCKED"
+    else:
+        token = "LOWER(HEX(RANDOMBLOB(16)))"  # Django stores UUIDs as 32 hex chars here
+        lock = ""
+    params: list[Any] = ["running", worker_id, lease_seconds, "pending"]
+    queue_filter = ""
+    if queues:
+        queue_filter = f"AND {qn('queue')} IN ({', '.join(['%s'] * len(queues))})"
+        params.extend(queues)
+    params.extend([batch, "pending"])
+    returning = ", ".join(qn(c) for c in CLAIM_COLUMNS)
+    sql = f"""
+        UPDATE {qn(table)} SET
+            {qn("status")} = %s,
+            {qn("attempts")} = {qn("attempts")} + 1,
+            {qn("claim_token")} = {token},
+            {qn("locked_by")} = %s,
+            {qn("locked_at")} = {now},
+            {qn("lease_seconds")} = %s,
+            {qn("lease_expires_at")} = {expires},
+            {qn("started_at")} = COALESCE({qn("started_at")}, {now})
+        WHERE {qn("id")} IN (
+            SELECT {qn("id")} FROM {qn(table)}
+            WHERE {qn("status")} = %s AND {qn("available_at")} <= {now} {queue_filter}
+            ORDER BY {qn("priority")} DESC, {qn("available_at")}
+            LIMIT %s {lock}
+        ) AND {qn("status")} = %s
+        RETURNING {returning}
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    claimed = [claimed_from_row(row) for row in rows]
+    claimed.sort(key=lambda job: -job.priority)
+    return claimed
+
+
+def uses_single_statement_claim(vendor: str) -> bool:
+    """MySQL cannot ``UPDATE … WHERE id IN (SELECT … LIMIT n)`` and has no RETURNING."""
+    return vendor in {"postgresql", "sqlite"}
+
+
+def in_transaction(using: str) -> transaction.Atomic:
+    return transaction.atomic(using=using)

@@ -1,0 +1,148 @@
+"""The job table: one row per job, its whole life, on every supported database."""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from .managers import JobManager
+
+
+class JobStatus(models.TextChoices):
+    """Where a job is in its life (DESIGN §2); values are the seed's."""
+
+    PENDING = "pending", _("pending")
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    DEAD = "dead", _("dead")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+class ErrorKind(models.TextChoices):
+    """Why a job is dead; values are the seed's ``ErrorKind::as_str``."""
+
+    PERMANENT = "permanent", _("permanent")
+    EXHAUSTED = "exhausted", _("exhausted")
+    MALFORMED = "malformed", _("malformed")
+    UNKNOWN = "unknown", _("unknown")
+    PANIC = "panic", _("panic")
+    TIMEOUT = "timeout", _("timeout")
+
+
+#: Statuses a job can still leave on its own; a unique key is held only in these.
+ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+class Job(models.Model):
+    """A unit of background work and everything needed to run, fence and explain it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    task_name = models.CharField(_("task"), max_length=255)
+    queue = models.CharField(_("queue"), max_length=100, default="default")
+    priority = models.IntegerField(_("priority"), default=0, help_text=_("Higher runs first."))
+    payload = models.JSONField(_("payload"), default=dict)
+    status = models.CharField(
+        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING
+    )
+    attempts = models.IntegerField(_("attempts"), default=0)
+    max_attempts = models.IntegerField(_("max attempts"), default=3)
+    available_at = models.DateTimeField(_("available at"))
+    locked_at = models.DateTimeField(_("locked at"), null=True, blank=True)
+    locked_by = models.CharField(_("locked by"), max_length=255, blank=True, default="")
+    lease_seconds = models.IntegerField(_("lease (seconds)"), default=30)
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
+    unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)
+    error_kind = models.CharField(
+        _("error kind"), max_length=16, choices=ErrorKind.choices, blank=True, default=""
+    )
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    last_traceback = models.TextField(_("last traceback"), blank=True, default="")
+    result = models.JSONField(_("result"), null=True, blank=True)
+    # One entry per attempt ({"worker": ..., "error": ...}); django.tasks reports
+    # worker_ids and errors from it.
+    attempt_log = models.JSONField(_("attempt log"), default=list, blank=True)
+    backend = models.CharField(_("tasks backend"), max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(_("created at"))
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    failed_at = models.DateTimeField(_("failed at"), null=True, blank=True)
+
+    objects: ClassVar[JobManager] = JobManager()
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        ordering = ("-created_at",)
+        permissions = (
+            ("cancel_job", _("Can cancel pending or running jobs")),
+            ("requeue_job", _("Can requeue dead jobs")),
+            ("run_job_now", _("Can make a scheduled job run now")),
+        )
+        indexes = (
+            # The claim when a worker serves every queue:
+            # WHERE status='pending' AND available_at <= now ORDER BY priority DESC, available_at.
+            models.Index(
+                fields=["status", "-priority", "available_at"], name="arcature_claim_any_idx"
+            ),
+            # The same claim restricted to named queues (--queue email --queue default).
+            models.Index(
+                fields=["status", "queue", "-priority", "available_at"],
+                name="arcature_claim_queue_idx",
+            ),
+            # The sweep: WHERE status='running' AND lease_expires_at < now. Plain
+            # columns (no partial or expression index) so MariaDB uses it too.
+            models.Index(fields=["status", "lease_expires_at"], name="arcature_sweep_idx"),
+            # The admin's dead-letter page, the dashboard's per-minute counts and prune.
+            models.Index(fields=["status", "finished_at"], name="arcature_finished_idx"),
+        )
+        constraints = (
+            models.CheckConstraint(
+                condition=Q(lease_seconds__gte=1), name="arcature_lease_seconds_gte_1"
+            ),
+            models.CheckConstraint(condition=Q(attempts__gte=0), name="arcature_attempts_gte_0"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="arcature_max_attempts_gte_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="arcature_status_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(error_kind="") | Q(error_kind__in=ErrorKind.values),
+                name="arcature_error_kind_known",
+            ),
+            # A claim token exists exactly while the job is running: the fence
+            # has nothing to match once a job has left a worker's hands.
+            models.CheckConstraint(
+                condition=(Q(status=JobStatus.RUNNING) & Q(claim_token__isnull=False))
+                | (~Q(status=JobStatus.RUNNING) & Q(claim_token__isnull=True)),
+                name="arcature_token_iff_running",
+            ),
+            # A unique key is held only by a live job, so a finished one frees it.
+            models.CheckConstraint(
+                condition=Q(unique_key__isnull=True) | Q(status__in=ACTIVE_STATUSES),
+                name="arcature_unique_key_only_active",
+            ),
+            # NULLs never collide, on all three databases: a plain unique
+            # constraint works where MySQL/MariaDB have no partial indexes.
+            models.UniqueConstraint(fields=["unique_key"], name="arcature_unique_key"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.task_name} [{self.status}] {self.id}"
+
+    @property
+    def args(self) -> list[object]:
+        """Positional arguments as stored in the payload."""
+        value = self.payload.get("args", []) if isinstance(self.payload, dict) else []
+        return list(value) if isinstance(value, list) else []
+
+    @property
+    def kwargs(self) -> dict[str, object]:
+        """Keyword arguments as stored in the payload."""
+        value = self.payload.get("kwargs", {}) if isinstance(self.payload, dict) else {}
+        return dict(value) if isinstance(value, dict) else {}

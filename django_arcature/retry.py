@@ -1,0 +1,62 @@
+"""Backoff between attempts. Pure: the randomness is a parameter, so tests pin it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff: ``base * factor ** (attempt - 1)``, capped at ``max_seconds``.
+
+    Jitter spreads retries of jobs that failed together (a database blip fails a
+    whole batch at once) so they do not all return in the same instant. It only
+    ever shortens the delay, so the cap holds with jitter too.
+    """
+
+    base_seconds: float = 2.0
+    factor: float = 2.0
+    max_seconds: float = 600.0
+    jitter: float = 0.1
+    random: Callable[[], float] = field(default=random.random, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.base_seconds < 0 or self.max_seconds < 0:
+            raise ValueError("RetryPolicy delays must not be negative")
+        if self.factor < 1:
+            raise ValueError("RetryPolicy.factor must be at least 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("RetryPolicy.jitter must be between 0 and 1")
+
+    def raw_delay_seconds(self, attempt: int) -> float:
+        """The delay before jitter, after ``attempt`` attempts (1-based)."""
+        exponent = max(attempt, 1) - 1
+        try:
+            delay = self.base_seconds * self.factor**exponent
+        except OverflowError:
+            return self.max_seconds
+        return min(delay, self.max_seconds)
+
+    def delay_for(self, attempt: int) -> timedelta:
+        """How long to wait after the ``attempt``-th failed attempt."""
+        delay = self.raw_delay_seconds(attempt)
+        if self.jitter:
+            draw = min(max(self.random(), 0.0), 1.0)
+            delay -= delay * self.jitter * draw
+        return timedelta(seconds=max(delay, 0.0))
+
+    @classmethod
+    def from_settings(cls) -> RetryPolicy:
+        """The project-wide default, from ``ARCATURE``."""
+        from .conf import get_settings
+
+        conf = get_settings()
+        return cls(
+            base_seconds=conf.retry_base_seconds,
+            factor=conf.retry_factor,
+            max_seconds=conf.retry_max_seconds,
+            jitter=conf.retry_jitter,
+        )

@@ -1,0 +1,69 @@
+"""Settings for the test suite; the database comes from ARCATURE_TEST_DB or DATABASE_URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.dburl import database_url, parse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+DATABASES = {"default": parse(database_url(), BASE_DIR)}
+# Worker subprocesses started by the tests talk to the test database directly.
+if os.environ.get("ARCATURE_USE_TEST_DATABASE") == "1":
+    DATABASES["default"]["NAME"] = DATABASES["default"].get("TEST", {}).get(
+        "NAME"
+    ) or "test_" + DATABASES["default"]["NAME"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_arcature",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+ARCATURE = {"LEASE_SECONDS": 30, "POLL_INTERVAL": 0.05}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_arcature": {"handlers": ["console"], "level": "WARNING"}},
+}
