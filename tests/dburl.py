@@ -24,13 +24,20 @@ ENGINES = {
 
 
 def database_url() -> str:
+    """``DATABASE_URL`` if set; else the local server named by ``ARCATURE_TEST_DB``,
+    with the database name from ``ARCATURE_DB_NAME`` (so parallel runs do not share one)."""
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
-    name = os.environ.get("ARCATURE_TEST_DB", "sqlite")
-    if name not in DEFAULT_URLS:
-        raise SystemExit(f"ARCATURE_TEST_DB={name!r}: use one of {', '.join(DEFAULT_URLS)}")
-    return DEFAULT_URLS[name]
+    kind = os.environ.get("ARCATURE_TEST_DB", "sqlite")
+    if kind not in DEFAULT_URLS:
+        raise SystemExit(f"ARCATURE_TEST_DB={kind!r}: use one of {', '.join(DEFAULT_URLS)}")
+    url = DEFAULT_URLS[kind]
+    name = os.environ.get("ARCATURE_DB_NAME")
+    if name:
+        suffix = ".sqlite3" if kind == "sqlite" else ""
+        url = url.rsplit("/", 1)[0] + "/" + name + suffix
+    return url
 
 
 def parse(url: str, base_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+# Two commands a new user needs (README.md):
+#   make demo   set up a virtualenv, migrate the example project on SQLite, enqueue a
+#               mixed batch of jobs, run the worker until the queue is drained, print a summary
+#   make test   set up everything (database servers, virtualenvs) and run the whole test
+#               matrix: Python × Django × SQLite/PostgreSQL/MariaDB, plus ruff and mypy
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TOX_ARGS ?=
+
+.PHONY: help venv demo test test-quick lint databases bench clean
+
+help:
+	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
+	@echo "make test        start PostgreSQL + MariaDB and run the full tox matrix (needs root or sudo)"
+	@echo "make test-quick  run the suite once, on SQLite, in $(VENV)"
+	@echo "make lint        ruff + mypy"
+	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
+
+$(VENV)/.installed: pyproject.toml
+	@py="$(PYTHON_FOR_VENV)"; [ -n "$$py" ] || exit 1; \
+	  echo "creating $(VENV) with $$py"; \
+	  "$$py" -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=25.1"
+	$(PY) -m pip install -q -e ".[postgres]" --group dev tox
+	@touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PY) example_project/demo.py
+
+databases:
+	$(SUDO) bash scripts/start-databases.sh
+
+test: venv databases
+	PATH="$$(scripts/python-path.sh):$$PATH" $(VENV)/bin/tox run-parallel --parallel 2 --parallel-no-spinner $(TOX_ARGS)
+
+test-quick: venv
+	ARCATURE_TEST_DB=sqlite $(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy django_arcature tests example_project benchmarks
+
+bench: venv databases
+	$(PY) -m pip install -q mysqlclient
+	$(PY) benchmarks/run.py --db sqlite,postgres,mysql
+
+clean:
+	rm -rf $(VENV) .tox var build dist *.egg-info
