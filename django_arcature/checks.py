@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.apps import AppConfig
@@ -14,49 +14,69 @@ from .conf import validate
 
 
 @checks.register(checks.Tags.compatibility)
-def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """E001: every ``ARCATURE`` key known and every value in range."""
     return [
-        checks.Error(problem, hint="See the Settings section of django-arcature's README.", id="arcature.E001")
+        checks.Error(
+            problem,
+            hint="See the Settings section of django-arcature's README.",
+            id="arcature.E001",
+        )
         for problem in validate(getattr(settings, "ARCATURE", None))
     ]
 
 
-@checks.register(checks.Tags.database)
-def check_databases(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+# Registered without the ``database`` tag on purpose: these read settings only, and
+# database-tagged checks are skipped by plain ``manage.py check`` and ``runserver``,
+# which is exactly where a developer should first hear about them.
+@checks.register(checks.Tags.compatibility)
+def check_databases(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """The job table's database must be one we support, in a mode that is safe for workers."""
+    return database_messages(settings.DATABASES, sqlite3.sqlite_version_info)
+
+
+def database_messages(
+    databases: Mapping[str, Mapping[str, Any]], sqlite_version: tuple[int, ...]
+) -> list[checks.CheckMessage]:
+    """The check itself, on explicit arguments so tests need not swap out DATABASES."""
     messages: list[checks.CheckMessage] = []
-    for alias, config in settings.DATABASES.items():
-        engine = config.get("ENGINE", "")
-        if engine.endswith("sqlite3"):
-            if config.get("NAME") in (":memory:", "") or "mode=memory" in str(config.get("NAME")):
-                messages.append(
-                    checks.Warning(
-                        f"DATABASES[{alias!r}] is an in-memory SQLite database: worker "
-                        "processes cannot see its jobs.",
-                        hint="Use a file, e.g. NAME = BASE_DIR / 'db.sqlite3'.",
-                        id="arcature.W001",
-                    )
+    for alias, config in databases.items():
+        engine = str(config.get("ENGINE", ""))
+        if not engine.endswith("sqlite3"):
+            continue
+        name = str(config.get("NAME", ""))
+        if name in (":memory:", "") or "mode=memory" in name:
+            messages.append(
+                checks.Warning(
+                    f"DATABASES[{alias!r}] is an in-memory SQLite database: worker "
+                    "processes cannot see its jobs.",
+                    hint="Use a file, e.g. NAME = BASE_DIR / 'db.sqlite3'.",
+                    id="arcature.W001",
                 )
-            if sqlite3.sqlite_version_info < (3, 35, 0):
-                messages.append(
-                    checks.Error(
-                        f"SQLite {sqlite3.sqlite_version} is too old: claiming jobs needs "
-                        "UPDATE … RETURNING (SQLite 3.35 or newer).",
-                        hint="Use a Python built against a newer SQLite.",
-                        id="arcature.E002",
-                    )
+            )
+        if sqlite_version < (3, 35, 0):
+            messages.append(
+                checks.Error(
+                    f"SQLite {'.'.join(map(str, sqlite_version))} is too old: claiming jobs "
+                    "needs UPDATE … RETURNING (SQLite 3.35 or newer).",
+                    hint="Use a Python built against a newer SQLite.",
+                    id="arcature.E002",
                 )
-            options = config.get("OPTIONS", {})
-            if options.get("transaction_mode") != "IMMEDIATE":
-                messages.append(
-                    checks.Warning(
-                        f"DATABASES[{alias!r}] uses SQLite's default DEFERRED transactions: "
-                        "with several worker processes, writes inside transaction.atomic() "
-                        "can fail with 'database is locked'.",
-                        hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = "
-                        "'IMMEDIATE' (and a 'timeout' of 20 or more).",
-                        id="arcature.W002",
-                    )
+            )
+        options = config.get("OPTIONS", {}) or {}
+        if options.get("transaction_mode") != "IMMEDIATE":
+            messages.append(
+                checks.Warning(
+                    f"DATABASES[{alias!r}] uses SQLite's default DEFERRED transactions: "
+                    "with several worker processes, writes inside transaction.atomic() "
+                    "can fail with 'database is locked'.",
+                    hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = "
+                    "'IMMEDIATE' (and a 'timeout' of 20 or more).",
+                    id="arcature.W002",
                 )
+            )
     return messages

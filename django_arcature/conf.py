@@ -7,11 +7,15 @@ check in :mod:`django_arcature.checks`, rather than silently ignored.
 
 from __future__ import annotations
 
+import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from .retry import MAX_DELAY_SECONDS
 
 #: Defaults for every key of ``settings.ARCATURE``; documented in README.md.
 DEFAULTS: dict[str, Any] = {
@@ -73,14 +77,19 @@ class ArcatureSettings:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A real, finite number: NaN passes no range check and infinity no timedelta."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
+
+#: A week. Long jobs keep short leases alive by heartbeating; a longer lease only
+#: delays the recovery of a crashed worker's jobs.
+MAX_LEASE_SECONDS = 7 * 24 * 3600
 
 # key -> (check, what to write instead). Each check gets the value.
 _RULES: dict[str, tuple[Any, str]] = {
     "LEASE_SECONDS": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-        "a whole number of seconds, at least 1 (e.g. 30)",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_LEASE_SECONDS,
+        f"a whole number of seconds from 1 to {MAX_LEASE_SECONDS} (e.g. 30)",
     ),
     "POLL_INTERVAL": (lambda v: _is_number(v) and v > 0, "a number of seconds above 0 (e.g. 1.0)"),
     "BATCH_SIZE": (
@@ -101,7 +110,10 @@ _RULES: dict[str, tuple[Any, str]] = {
     ),
     "RETRY_BASE_SECONDS": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
     "RETRY_FACTOR": (lambda v: _is_number(v) and v >= 1, "a number, 1 or more (e.g. 2.0)"),
-    "RETRY_MAX_SECONDS": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
+    "RETRY_MAX_SECONDS": (
+        lambda v: _is_number(v) and 0 <= v <= MAX_DELAY_SECONDS,
+        f"a number of seconds from 0 to {MAX_DELAY_SECONDS} (e.g. 600)",
+    ),
     "RETRY_JITTER": (lambda v: _is_number(v) and 0 <= v <= 1, "a fraction from 0 to 1 (e.g. 0.1)"),
     "MESSAGE_MAX_BYTES": (
         lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 64,
@@ -132,8 +144,7 @@ def validate(raw: object) -> list[str]:
     for key, value in raw.items():
         rule = _RULES.get(key)
         if rule is None:
-            known = ", ".join(sorted(DEFAULTS))
-            problems.append(f"ARCATURE[{key!r}] is not a known setting. Known keys: {known}.")
+            problems.append(_unknown_key_message(key))
             continue
         check, expected = rule
         if not check(value):
@@ -145,6 +156,13 @@ def validate(raw: object) -> list[str]:
             "raise the cap or lower the base."
         )
     return problems
+
+
+def _unknown_key_message(key: object) -> str:
+    nearest = difflib.get_close_matches(str(key).upper(), list(DEFAULTS), n=1, cutoff=0.6)
+    hint = f" Did you mean {nearest[0]!r}?" if nearest else ""
+    known = ", ".join(sorted(DEFAULTS))
+    return f"ARCATURE[{key!r}] is not a known setting.{hint} Known keys: {known}."
 
 
 def get_settings() -> ArcatureSettings:

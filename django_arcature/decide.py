@@ -7,6 +7,7 @@ as arguments, so every branch is a table test (DESIGN §3).
 from __future__ import annotations
 
 import enum
+import re
 import traceback as traceback_module
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,9 @@ from .retry import RetryPolicy
 #: Default cap for stored messages; ``ARCATURE['MESSAGE_MAX_BYTES']`` overrides it.
 DEFAULT_MESSAGE_MAX_BYTES = 2048
 _TRUNCATION_MARK = "… [truncated]"
+_REPLACEMENT = "\ufffd"
+#: What a database cannot store in a text column: NUL (PostgreSQL) and lone surrogates.
+_NEEDS_CLEANING = re.compile("[\x00\ud800-\udfff]")
 
 
 class ErrorKind(enum.StrEnum):
@@ -173,9 +177,14 @@ def truncate_for_storage(text: str, max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES) 
 
     A message is cut on a character boundary (never in the middle of a
     multi-byte character) and says it was cut, so nobody mistakes the end of
-    a truncated traceback for the real one.
+    a truncated traceback for the real one. Lone surrogates (``surrogateescape``
+    file names) and NUL characters, which PostgreSQL refuses to store in text,
+    become U+FFFD: a failure report must never fail to be written.
     """
-    encoded = text.encode("utf-8", errors="replace")
+    if max_bytes < 0:
+        raise ValueError("max_bytes must not be negative")
+    text = _NEEDS_CLEANING.sub(_REPLACEMENT, text)
+    encoded = text.encode("utf-8")
     if len(encoded) <= max_bytes:
         return text
     mark = _TRUNCATION_MARK.encode("utf-8")

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -22,8 +22,6 @@ from django.db.models import DateTimeField, Func
 from django.db.models.sql.compiler import SQLCompiler
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: MySQL/MariaDB error codes that mean "another transaction holds what you need":
 #: 1213 deadlock (the server rolled us back), 1205 lock wait timeout.
@@ -93,7 +91,7 @@ def is_lock_conflict(exc: BaseException, vendor: str) -> bool:
     return False
 
 
-def retry_on_lock_conflict(using: str, operation: Callable[[], T]) -> T:
+def retry_on_lock_conflict[T](using: str, operation: Callable[[], T]) -> T:
     """Run ``operation``, again after a short random pause if it hit a lock conflict.
 
     Only when no outer transaction is open: inside one, the failed statement

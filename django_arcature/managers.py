@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import dialects, signals
-from .conf import get_settings
+from .conf import MAX_LEASE_SECONDS, get_settings
 from .decide import ErrorKind as DecidedErrorKind
 from .decide import truncate_for_storage
 from .dialects import ClaimedJob, DatabaseNow
@@ -110,7 +111,9 @@ class JobManager(models.Manager["Job"]):
     def enqueue_many(
         self,
         task: Any,
-        arguments: Iterable[Sequence[Any] | Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]],
+        arguments: Iterable[
+            Sequence[Any] | Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]
+        ],
         *,
         queue: str | None = None,
         priority: int | None = None,
@@ -262,8 +265,10 @@ class JobManager(models.Manager["Job"]):
         from .models import JobStatus
 
         with transaction.atomic(using=self.db):
-            candidates = self.using(self.db).select_for_update(skip_locked=True).filter(
-                status=JobStatus.PENDING, available_at__lte=DatabaseNow()
+            candidates = (
+                self.using(self.db)
+                .select_for_update(skip_locked=True)
+                .filter(status=JobStatus.PENDING, available_at__lte=DatabaseNow())
             )
             if queues:
                 candidates = candidates.filter(queue__in=queues)
@@ -276,18 +281,25 @@ class JobManager(models.Manager["Job"]):
                 return []
             tokens = {row[0]: uuid.uuid4() for row in rows}
             token_case = models.Case(
-                *(models.When(id=job_id, then=models.Value(token)) for job_id, token in tokens.items()),
+                *(
+                    models.When(id=job_id, then=models.Value(token))
+                    for job_id, token in tokens.items()
+                ),
                 output_field=models.UUIDField(),
             )
-            updated = self.using(self.db).filter(id__in=list(tokens), status=JobStatus.PENDING).update(
-                status=JobStatus.RUNNING,
-                attempts=F("attempts") + 1,
-                claim_token=token_case,
-                locked_by=worker_id,
-                locked_at=DatabaseNow(),
-                lease_seconds=lease_seconds,
-                lease_expires_at=DatabaseNow(lease_seconds),
-                started_at=models.functions.Coalesce("started_at", DatabaseNow()),
+            updated = (
+                self.using(self.db)
+                .filter(id__in=list(tokens), status=JobStatus.PENDING)
+                .update(
+                    status=JobStatus.RUNNING,
+                    attempts=F("attempts") + 1,
+                    claim_token=token_case,
+                    locked_by=worker_id,
+                    locked_at=DatabaseNow(),
+                    lease_seconds=lease_seconds,
+                    lease_expires_at=DatabaseNow(lease_seconds),
+                    started_at=Coalesce("started_at", DatabaseNow()),
+                )
             )
             if updated != len(rows):  # the rows are locked by us: this would be a bug
                 raise RuntimeError(f"claimed {updated} of {len(rows)} locked rows")
@@ -329,7 +341,9 @@ class JobManager(models.Manager["Job"]):
         attempt_log: list[Any] | None = None,
     ) -> ClaimTransition:
         """running → succeeded, only under this claim."""
-        completion = Completion(job_id, claim_token, "succeeded", result=result, attempt_log=attempt_log)
+        completion = Completion(
+            job_id, claim_token, "succeeded", result=result, attempt_log=attempt_log
+        )
         return self._write_one(completion)
 
     def mark_retry(
@@ -376,7 +390,9 @@ class JobManager(models.Manager["Job"]):
         )
         return self._write_one(completion)
 
-    def heartbeat(self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta) -> bool:
+    def heartbeat(
+        self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta
+    ) -> bool:
         """Extend a running job's lease from the database's now; False if the claim is lost."""
         lease_seconds = _whole_seconds(lease)
         rows = dialects.retry_on_lock_conflict(
@@ -533,21 +549,23 @@ class JobManager(models.Manager["Job"]):
                         )
                     )
                 )
-                requeued = expired().filter(id__in=ids).update(
-                    status=JobStatus.PENDING,
-                    claim_token=None,
-                    locked_by="",
-                    lease_expires_at=None,
-                    available_at=DatabaseNow(),
-                    last_error=message,
+                requeued = (
+                    expired()
+                    .filter(id__in=ids)
+                    .update(
+                        status=JobStatus.PENDING,
+                        claim_token=None,
+                        locked_by="",
+                        lease_expires_at=None,
+                        available_at=DatabaseNow(),
+                        last_error=message,
+                    )
                 )
             return dead, requeued
 
         dead, requeued = dialects.retry_on_lock_conflict(self.db, operation)
         if dead or requeued:
-            signals.jobs_swept.send(
-                sender=self.model, job_ids=ids, requeued=requeued, dead=dead
-            )
+            signals.jobs_swept.send(sender=self.model, job_ids=ids, requeued=requeued, dead=dead)
         return dead + requeued
 
     # --- operator actions -----------------------------------------------------------
@@ -556,12 +574,16 @@ class JobManager(models.Manager["Job"]):
         """pending/running → cancelled. A running job's later completion is fenced out."""
         from .models import ACTIVE_STATUSES, JobStatus
 
-        rows = self.using(self.db).filter(id=job_id, status__in=ACTIVE_STATUSES).update(
-            status=JobStatus.CANCELLED,
-            claim_token=None,
-            unique_key=None,
-            lease_expires_at=None,
-            finished_at=DatabaseNow(),
+        rows = (
+            self.using(self.db)
+            .filter(id=job_id, status__in=ACTIVE_STATUSES)
+            .update(
+                status=JobStatus.CANCELLED,
+                claim_token=None,
+                unique_key=None,
+                lease_expires_at=None,
+                finished_at=DatabaseNow(),
+            )
         )
         if rows:
             signals.job_cancelled.send(sender=self.model, job_id=job_id)
@@ -571,15 +593,19 @@ class JobManager(models.Manager["Job"]):
         """dead → pending with a fresh set of attempts; error and failure time cleared."""
         from .models import JobStatus
 
-        rows = self.using(self.db).filter(id=job_id, status=JobStatus.DEAD).update(
-            status=JobStatus.PENDING,
-            attempts=0,
-            error_kind="",
-            last_error="",
-            last_traceback="",
-            failed_at=None,
-            finished_at=None,
-            available_at=DatabaseNow(),
+        rows = (
+            self.using(self.db)
+            .filter(id=job_id, status=JobStatus.DEAD)
+            .update(
+                status=JobStatus.PENDING,
+                attempts=0,
+                error_kind="",
+                last_error="",
+                last_traceback="",
+                failed_at=None,
+                finished_at=None,
+                available_at=DatabaseNow(),
+            )
         )
         if rows:
             signals.job_requeued.send(sender=self.model, job_id=job_id)
@@ -589,8 +615,10 @@ class JobManager(models.Manager["Job"]):
         """Make a scheduled pending job available at once."""
         from .models import JobStatus
 
-        return self.using(self.db).filter(id=job_id, status=JobStatus.PENDING).update(
-            available_at=DatabaseNow()
+        return (
+            self.using(self.db)
+            .filter(id=job_id, status=JobStatus.PENDING)
+            .update(available_at=DatabaseNow())
         )
 
     def prune(self, older_than: timedelta, statuses: Sequence[str] | None = None) -> int:
@@ -602,9 +630,7 @@ class JobManager(models.Manager["Job"]):
             raise ValueError("prune deletes finished jobs only")
         cutoff = timezone.now() - older_than
         deleted, _ = (
-            self.using(self.db)
-            .filter(status__in=statuses, finished_at__lt=cutoff)
-            .delete()
+            self.using(self.db).filter(status__in=statuses, finished_at__lt=cutoff).delete()
         )
         return deleted
 
@@ -683,9 +709,9 @@ def _announce(sender: type[Job], completion: Completion, outcome: ClaimTransitio
 
 def _whole_seconds(lease: float | timedelta) -> int:
     seconds = lease.total_seconds() if isinstance(lease, timedelta) else float(lease)
-    if seconds < 1:
-        raise ValueError("a lease must be at least 1 second")
-    return int(round(seconds))
+    if not 1 <= seconds <= MAX_LEASE_SECONDS:  # also refuses NaN
+        raise ValueError(f"a lease must be from 1 to {MAX_LEASE_SECONDS} seconds, not {lease!r}")
+    return round(seconds)
 
 
 def _split_arguments(item: Any) -> tuple[list[Any], dict[str, Any]]:
