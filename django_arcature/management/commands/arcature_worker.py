@@ -1,0 +1,149 @@
+"""``manage.py arcature_worker``: parse the options, build a Worker, run it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_arcature.conf import get_settings
+from django_arcature.worker import Worker
+
+LEVELS = {0: logging.WARNING, 1: logging.INFO}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Run background jobs: claim them from the database, run them on a thread pool and "
+        "record each outcome. Stop with SIGTERM or Ctrl-C: running jobs get "
+        "--shutdown-timeout seconds to finish, then go back to the queue; a second signal "
+        "exits at once. Defaults come from the ARCATURE setting."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        conf = get_settings()
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help="Run jobs from this queue; repeat for several. Default: every queue.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=_positive_int,
+            metavar="N",
+            help=f"Handler threads (async handlers share one event loop). "
+            f"Default: {conf.concurrency}.",
+        )
+        parser.add_argument(
+            "--batch",
+            type=_positive_int,
+            metavar="N",
+            help=f"Most jobs claimed in one database round trip. Default: {conf.batch_size}.",
+        )
+        parser.add_argument(
+            "--lease",
+            type=_positive_int,
+            metavar="SECONDS",
+            help="How long a claim lives without a heartbeat; the worker heartbeats every "
+            f"third of it, so jobs may run longer. Default: {conf.lease_seconds}.",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=_positive_float,
+            metavar="SECONDS",
+            help="Longest wait between looks for new jobs when idle (PostgreSQL is woken "
+            f"at once by LISTEN/NOTIFY). Default: {conf.poll_interval:g}.",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Run the jobs available now, then exit with status 0.",
+        )
+        parser.add_argument(
+            "--max-jobs",
+            type=_positive_int,
+            metavar="N",
+            help="Exit after running this many jobs (to recycle the process).",
+        )
+        parser.add_argument(
+            "--worker-id",
+            metavar="ID",
+            help="Name recorded on the jobs this worker runs. Default: host:pid:random.",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=_non_negative_float,
+            metavar="SECONDS",
+            help="After SIGTERM/SIGINT, how long running jobs may finish before they are "
+            f"handed back to the queue. Default: {conf.shutdown_timeout:g}.",
+        )
+        parser.add_argument(
+            "--no-listen",
+            action="store_false",
+            dest="listen",
+            default=None,
+            help="PostgreSQL: poll instead of LISTEN/NOTIFY (e.g. behind PgBouncer in "
+            "transaction mode).",
+        )
+        parser.add_argument(
+            "--database",
+            default="default",
+            help='The database alias holding the job table. Default: "default".',
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["verbosity"])
+        try:
+            worker = Worker(
+                queues=options["queues"],
+                concurrency=options["concurrency"],
+                batch=options["batch"],
+                lease=options["lease"],
+                poll_interval=options["poll_interval"],
+                burst=options["burst"],
+                max_jobs=options["max_jobs"],
+                worker_id=options["worker_id"],
+                shutdown_timeout=options["shutdown_timeout"],
+                using=options["database"],
+                listen=options["listen"],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        status = worker.run()
+        if status:
+            raise SystemExit(status)
+
+    def _configure_logging(self, verbosity: int) -> None:
+        """Show progress unless the project already routes django_arcature's logs."""
+        logger = logging.getLogger("django_arcature")
+        logger.setLevel(LEVELS.get(verbosity, logging.DEBUG))
+        if not logger.hasHandlers():
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)

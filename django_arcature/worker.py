@@ -1,0 +1,646 @@
+"""The worker loop: claim a batch, run it on a thread pool, write the outcomes fenced.
+
+One main thread owns every write the worker makes (claims, heartbeats,
+completions, sweeps, releases) through one persistent database connection,
+so the per-job cost is a share of a batched round trip rather than a connect.
+Handler threads only run handlers; they hand each finished job back to the
+main thread through a queue, and close their own connections between jobs the
+way Django does between requests.
+
+Nothing here can lose a job: a claimed job leaves this process only as a
+fenced completion, a fenced release, or — if the process dies — an expired
+lease that any worker's sweep turns back into ``pending``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, TypeVar
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, close_old_connections
+from django.db import connections as db_connections
+
+from .conf import get_settings
+from .context import JobContext
+from .decide import Panic
+from .dialects import ClaimedJob
+from .dispatch import completion_for, process
+from .managers import ClaimTransition, Completion
+from .wakeup import Listener
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+__all__ = ["Worker", "WorkerStats", "default_worker_id"]
+
+#: Jobs shorter than this (moving average) let the worker claim ahead of its threads.
+FAST_JOB_SECONDS = 0.05
+#: Longest pause between tries while the database is unreachable.
+MAX_FAULT_PAUSE = 5.0
+#: How often (seconds) a progress line is logged while jobs flow.
+PROGRESS_EVERY = 2.0
+
+
+def default_worker_id() -> str:
+    """``host:pid:random`` — unique per process, and readable in the admin."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class WorkerStats:
+    """What this worker has done, by outcome (the write that landed)."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost: int = 0
+    released: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.retried + self.dead + self.lost
+
+    def summary(self) -> str:
+        return (
+            f"{self.finished} processed: {self.succeeded} succeeded, {self.retried} to retry, "
+            f"{self.dead} dead, {self.lost} lost claims, {self.released} released"
+        )
+
+
+@dataclass
+class _InFlight:
+    """A job this worker has claimed and not yet written back."""
+
+    job: ClaimedJob
+    context: JobContext
+    started: bool = False
+    skipped: bool = False
+    done: bool = False
+
+
+@dataclass
+class _Done:
+    job_id: uuid.UUID
+    completion: Completion
+    seconds: float
+
+
+@dataclass
+class _Fault:
+    """Backoff state while the database is failing."""
+
+    pause: float = 0.0
+    until: float = 0.0
+    failures: int = 0
+
+
+class Worker:
+    """Runs jobs until stopped (SIGTERM/SIGINT, :meth:`stop`, ``burst``, ``max_jobs``).
+
+    Every option defaults to the ``ARCATURE`` setting of the same meaning.
+    ``run()`` returns the process exit status (0 after a clean stop).
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        batch: int | None = None,
+        lease: int | None = None,
+        poll_interval: float | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        worker_id: str | None = None,
+        shutdown_timeout: float | None = None,
+        using: str = DEFAULT_DB_ALIAS,
+        install_signal_handlers: bool = True,
+        listen: bool | None = None,
+    ) -> None:
+        conf = get_settings()
+        self.conf = conf
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency or conf.concurrency
+        self.batch = batch or conf.batch_size
+        self.lease = lease or conf.lease_seconds
+        self.poll_interval = poll_interval or conf.poll_interval
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.worker_id = worker_id or default_worker_id()
+        self.shutdown_timeout = (
+            conf.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+        )
+        self.using = using
+        self.install_signal_handlers = install_signal_handlers
+        self.listen = conf.use_listen_notify if listen is None else listen
+        if self.concurrency < 1 or self.batch < 1 or self.lease < 1 or self.poll_interval <= 0:
+            raise ValueError("concurrency, batch and lease must be at least 1; poll above 0")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ValueError("max_jobs must be at least 1")
+
+        self.stats = WorkerStats()
+        self._inflight: dict[uuid.UUID, _InFlight] = {}
+        self._lock = threading.Lock()  # guards started/skipped between main and pool threads
+        self._todo: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
+        # Everything that should wake the main loop goes through this queue:
+        # finished jobs, notifications, signals (SimpleQueue.put is reentrant).
+        self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._finished: list[_Done] = []
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._listener: Listener | None = None
+        self._fault = _Fault()
+        self._stop_requested = 0
+        self._stopping_since: float | None = None
+        self._idle_wait = self._min_poll
+        self._avg_job_seconds: float | None = None
+        self._next_heartbeat = 0.0
+        self._next_sweep = 0.0
+        self._next_progress = 0.0
+        self._last_progress = -1
+        self._last_request = 0
+        self._last_claim_empty = False
+
+    # --- public ------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask for a graceful stop (thread-safe; what SIGTERM does)."""
+        self._stop_requested += 1
+        self._events.put("stop")
+
+    def run(self) -> int:
+        """Run until stopped; returns the exit status."""
+        previous = self._install_signals()
+        self._start_threads()
+        logger.info(
+            "worker %s started: queues %s, %d threads, batch %d, lease %ds%s",
+            self.worker_id,
+            ", ".join(self.queues) if self.queues else "all",
+            self.concurrency,
+            self.batch,
+            self.lease,
+            ", burst" if self.burst else "",
+        )
+        try:
+            self._loop_until_done()
+        finally:
+            self._shutdown_threads()
+            self._restore_signals(previous)
+            logger.info("worker %s stopped: %s", self.worker_id, self.stats.summary())
+        return 0
+
+    # --- the loop ------------------------------------------------------------------
+
+    def _loop_until_done(self) -> None:
+        while True:
+            self._collect()
+            if self._stop_requested and self._stopping_since is None:
+                self._begin_shutdown()
+            if self._database_usable():
+                self._maybe_heartbeat()
+                self._flush()
+                self._maybe_sweep()
+                if self._finish_shutdown_if_due():
+                    return
+                claimed = self._maybe_claim()
+                if self._drained(claimed):
+                    self._flush()
+                    return
+                if claimed and claimed == self._last_request:
+                    continue  # more is probably waiting: claim again at once
+            elif self._stopping_since is not None and self._shutdown_overdue():
+                self._abandon_on_fault()
+                return
+            self._report_progress()
+            self._wait()
+
+    def _wait(self) -> None:
+        now = time.monotonic()
+        timeout = min(self._next_heartbeat, self._next_sweep) - now
+        if self._fault.until > now:
+            timeout = min(timeout, self._fault.until - now)
+        else:
+            timeout = min(timeout, self._idle_timeout())
+        if self._stopping_since is not None:
+            timeout = min(timeout, 0.1)
+        if self._finished:
+            return
+        try:
+            item = self._events.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return
+        self._take(item)
+
+    def _idle_timeout(self) -> float:
+        if self._listener is not None and self._listener.listening:
+            return self.poll_interval  # a notification wakes us sooner
+        return self._idle_wait
+
+    @property
+    def _min_poll(self) -> float:
+        return min(0.02, self.poll_interval)
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                item = self._events.get_nowait()
+            except queue.Empty:
+                return
+            self._take(item)
+
+    def _take(self, item: object) -> None:
+        if isinstance(item, _Done):
+            self._finished.append(item)
+        elif item == "notify":
+            self._idle_wait = self._min_poll
+
+    # --- database steps, each guarded -----------------------------------------------
+
+    def _guarded(self, step: str, operation: Callable[[], T]) -> T | None:
+        """Run one database step; on a database fault log it, back off and return None."""
+        try:
+            result = operation()
+        except (DatabaseError, InterfaceError) as exc:
+            self._on_fault(step, exc)
+            return None
+        if self._fault.failures:
+            logger.warning(
+                "database reachable again after %d failed tries; carrying on",
+                self._fault.failures,
+            )
+            self._fault = _Fault()
+            self._next_heartbeat = 0.0  # re-extend leases first thing
+        return result
+
+    def _on_fault(self, step: str, exc: BaseException) -> None:
+        fault = self._fault
+        fault.failures += 1
+        fault.pause = min(max(fault.pause * 2, 0.1), MAX_FAULT_PAUSE)
+        fault.until = time.monotonic() + fault.pause
+        logger.warning(
+            "database error during %s (%s: %s); retrying in %.1fs",
+            step,
+            type(exc).__name__,
+            str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+            fault.pause,
+        )
+        connection = db_connections[self.using]
+        try:
+            if connection.in_atomic_block:  # pragma: no cover - the manager exits its blocks
+                connection.needs_rollback = True
+            connection.close()
+        except Exception:  # the connection is already broken; Django reconnects on next use
+            logger.debug("closing the broken connection failed", exc_info=True)
+
+    def _database_usable(self) -> bool:
+        return time.monotonic() >= self._fault.until
+
+    def _maybe_claim(self) -> int:
+        self._last_request = 0
+        if self._stopping_since is not None:
+            return 0
+        limit = self.concurrency
+        fast = self._avg_job_seconds is not None and self._avg_job_seconds < FAST_JOB_SECONDS
+        if fast:
+            limit += self.batch  # short jobs: keep a batch ready so threads never wait
+        queued = sum(1 for entry in self._inflight.values() if not entry.started)
+        if queued >= self.concurrency and fast:
+            return 0
+        want = min(self.batch, limit - len(self._inflight))
+        if self.max_jobs is not None:
+            want = min(want, self.max_jobs - self.stats.claimed)
+        if want <= 0:
+            return 0
+        from .models import Job
+
+        manager = Job.objects.db_manager(self.using)
+        jobs = self._guarded(
+            "claim", lambda: manager.claim(self.worker_id, self.lease, want, self.queues)
+        )
+        if jobs is None:
+            return 0
+        self._last_request = want
+        if not jobs:
+            self._idle_wait = min(self._idle_wait * 2, self.poll_interval)
+            self._last_claim_empty = True
+            return 0
+        self._idle_wait = self._min_poll
+        self._last_claim_empty = False
+        self.stats.claimed += len(jobs)
+        for job in jobs:
+            entry = _InFlight(job, self._context_for(job))
+            self._inflight[job.id] = entry
+            self._todo.put(entry)
+        return len(jobs)
+
+    def _context_for(self, job: ClaimedJob) -> JobContext:
+        return JobContext(
+            job_id=job.id,
+            task_name=job.task_name,
+            queue=job.queue,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            worker_id=self.worker_id,
+        )
+
+    def _flush(self) -> None:
+        """Write every finished job back, fenced row by row, in one transaction."""
+        if not self._finished:
+            return
+        from .models import Job
+
+        batch = self._finished
+        manager = Job.objects.db_manager(self.using)
+        outcomes = self._guarded(
+            "completion", lambda: manager.complete_many([done.completion for done in batch])
+        )
+        if outcomes is None:
+            return  # kept; written once the database answers again
+        self._finished = []
+        for done, outcome in zip(batch, outcomes, strict=True):
+            entry = self._inflight.pop(done.job_id, None)
+            completion = done.completion
+            if outcome is ClaimTransition.LOST:
+                self.stats.lost += 1
+                logger.warning(
+                    "job %s (%s): claim lost before its %s was written (cancelled, or the "
+                    "lease expired); the result was discarded",
+                    done.job_id,
+                    entry.job.task_name if entry else "?",
+                    completion.kind,
+                )
+                continue
+            if completion.kind == "succeeded":
+                self.stats.succeeded += 1
+            elif completion.kind == "retry":
+                self.stats.retried += 1
+            else:
+                self.stats.dead += 1
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "job %s (%s) %s in %.1fms%s",
+                    done.job_id,
+                    entry.job.task_name if entry else "?",
+                    completion.kind
+                    if completion.kind != "dead"
+                    else f"dead ({completion.error_kind})",
+                    done.seconds * 1000,
+                    f": {completion.message}" if completion.message else "",
+                )
+
+    def _maybe_heartbeat(self) -> None:
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        claims = [(job_id, entry.job.claim_token) for job_id, entry in self._inflight.items()]
+        if claims:
+            from .models import Job
+
+            manager = Job.objects.db_manager(self.using)
+            lost = self._guarded("heartbeat", lambda: manager.heartbeat_many(claims, self.lease))
+            if lost is None:
+                return
+            for job_id in lost:
+                self._on_lost(job_id)
+        self._next_heartbeat = time.monotonic() + self.lease / 3
+
+    def _on_lost(self, job_id: uuid.UUID) -> None:
+        entry = self._inflight.get(job_id)
+        if entry is None:
+            return
+        entry.context.cancel("lost")
+        with self._lock:
+            if not entry.started:
+                entry.skipped = True
+        logger.warning(
+            "job %s (%s): claim lost while running (cancelled, or the lease was swept); "
+            "the handler was told to stop and its result will be discarded",
+            job_id,
+            entry.job.task_name,
+        )
+        if entry.skipped:
+            self._inflight.pop(job_id, None)
+            self.stats.lost += 1
+
+    def _maybe_sweep(self) -> None:
+        now = time.monotonic()
+        if now < self._next_sweep or self._stopping_since is not None:
+            return
+        from .models import Job
+
+        manager = Job.objects.db_manager(self.using)
+        swept = self._guarded("sweep", manager.sweep_expired_leases)
+        if swept is None:
+            return
+        if swept:
+            logger.warning("recovered %d job(s) whose lease had expired", swept)
+            self._idle_wait = self._min_poll
+        self._next_sweep = time.monotonic() + self.conf.sweep_interval
+
+    def _drained(self, claimed: int) -> bool:
+        if self._inflight or self._finished or claimed:
+            return False
+        if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
+            return True
+        return self.burst and self._last_claim_empty
+
+    # --- shutdown ------------------------------------------------------------------------
+
+    def _begin_shutdown(self) -> None:
+        self._stopping_since = time.monotonic()
+        running = [entry for entry in self._inflight.values() if not entry.done]
+        logger.warning(
+            "worker %s stopping: no new claims; waiting up to %gs for %d job(s)",
+            self.worker_id,
+            self.shutdown_timeout,
+            len(running),
+        )
+        unstarted = []
+        with self._lock:
+            for entry in running:
+                if not entry.started:
+                    entry.skipped = True
+                    unstarted.append(entry)
+        self._release(unstarted, "not started")
+
+    def _shutdown_overdue(self) -> bool:
+        return (
+            self._stopping_since is not None
+            and time.monotonic() - self._stopping_since >= self.shutdown_timeout
+        )
+
+    def _finish_shutdown_if_due(self) -> bool:
+        if self._stopping_since is None:
+            return False
+        if not self._inflight and not self._finished:
+            return True
+        if not self._shutdown_overdue():
+            return False
+        running = [entry for entry in self._inflight.values() if not entry.done]
+        for entry in running:
+            entry.context.cancel("shutdown")
+        self._release(running, f"still running after {self.shutdown_timeout:g}s")
+        self._flush()
+        if self._finished:  # the database failed again: leases will recover these
+            logger.warning("%d finished job(s) could not be written", len(self._finished))
+        return True
+
+    def _release(self, entries: Sequence[_InFlight], why: str) -> None:
+        """Hand jobs back to ``pending`` without using up their attempt (fenced)."""
+        from .models import Job
+
+        manager = Job.objects.db_manager(self.using)
+        for entry in entries:
+            job = entry.job
+            outcome = self._guarded(
+                "release", functools.partial(manager.release, job.id, job.claim_token)
+            )
+            self._inflight.pop(entry.job.id, None)
+            if outcome is ClaimTransition.UPDATED:
+                self.stats.released += 1
+                logger.warning(
+                    "job %s (%s) released back to pending (%s)",
+                    entry.job.id,
+                    entry.job.task_name,
+                    why,
+                )
+            elif outcome is None:
+                logger.warning(
+                    "job %s (%s) could not be released; its lease will expire and a "
+                    "worker will run it again",
+                    entry.job.id,
+                    entry.job.task_name,
+                )
+
+    def _abandon_on_fault(self) -> None:
+        logger.warning(
+            "stopping while the database is unreachable: %d job(s) will come back when "
+            "their leases expire",
+            len(self._inflight),
+        )
+        for entry in self._inflight.values():
+            entry.context.cancel("shutdown")
+
+    # --- threads ------------------------------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        for index in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._serve, name=f"arcature-handler-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._loop_thread = threading.Thread(
+            target=loop.run_forever, name="arcature-async", daemon=True
+        )
+        self._loop_thread.start()
+        if self.listen and Listener.supported(self.using):
+            self._listener = Listener(self.using, lambda: self._events.put("notify"))
+            self._listener.start()
+
+    def _shutdown_threads(self) -> None:
+        for _ in self._threads:
+            self._todo.put(None)
+        deadline = time.monotonic() + 1.0
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0))
+        if self._listener is not None:
+            self._listener.close()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(1.0)
+            if not self._loop.is_running():
+                self._loop.close()
+
+    def _serve(self) -> None:
+        """A handler thread: run jobs from the queue until told to stop."""
+        conf = self.conf
+        try:
+            while True:
+                entry = self._todo.get()
+                if entry is None:
+                    return
+                with self._lock:
+                    if entry.skipped:
+                        continue
+                    entry.started = True
+                close_old_connections()
+                started = time.perf_counter()
+                try:
+                    completion = process(
+                        entry.job,
+                        worker_id=self.worker_id,
+                        context=entry.context,
+                        loop=self._loop,
+                        settings=conf,
+                    )
+                except Exception as exc:  # a bug of ours while running it: never lose the job
+                    logger.exception("job %s failed inside the worker", entry.job.id)
+                    completion = completion_for(
+                        entry.job, Panic.from_exception(exc), worker_id=self.worker_id
+                    )
+                finally:
+                    close_old_connections()
+                seconds = time.perf_counter() - started
+                entry.done = True
+                self._note_duration(seconds)
+                self._events.put(_Done(entry.job.id, completion, seconds))
+        finally:
+            db_connections.close_all()
+
+    def _note_duration(self, seconds: float) -> None:
+        average = self._avg_job_seconds
+        self._avg_job_seconds = seconds if average is None else average * 0.9 + seconds * 0.1
+
+    # --- signals and progress -------------------------------------------------------------------
+
+    def _install_signals(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return previous
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _restore_signals(self, previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._stop_requested:
+            os.write(
+                2,
+                f"second {signal.Signals(signum).name}: exiting now; leases will "
+                "bring the running jobs back\n".encode(),
+            )
+            os._exit(128 + signum)
+        self.stop()
+
+    def _report_progress(self) -> None:
+        now = time.monotonic()
+        if now < self._next_progress or self.stats.finished == self._last_progress:
+            return
+        self._next_progress = now + PROGRESS_EVERY
+        self._last_progress = self.stats.finished
+        logger.info("worker %s: %s", self.worker_id, self.stats.summary())
