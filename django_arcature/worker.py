@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, close_old_connections
 from django.db import connections as db_connections
 
+from . import registry
 from .conf import get_settings
 from .context import JobContext
 from .decide import Panic
@@ -185,6 +186,7 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the exit status."""
+        registry.autodiscover()  # handlers (and their receivers) are known before the first job
         previous = self._install_signals()
         self._start_threads()
         logger.info(

@@ -23,3 +23,71 @@ def fail_permanently(reason: str) -> None:
 @job(name="tests.always_fails", max_attempts=2)
 def always_fails() -> None:
     raise RuntimeError("this job always fails")
+
+
+# --- Handlers for the worker process tests (tests/concurrency) ------------------------
+
+import os as _os  # noqa: E402
+import time as _time  # noqa: E402
+
+from django_arcature import RetryPolicy  # noqa: E402
+from django_arcature.context import current_job  # noqa: E402
+
+from . import worker_events  # noqa: E402, F401  (records observer events when asked to)
+
+_NO_BACKOFF = RetryPolicy(base_seconds=0, jitter=0)
+
+
+@job(name="tests.sleep")
+def sleep(seconds: float) -> str:
+    """Sleeps without looking at cancellation (a handler that ignores its context)."""
+    _time.sleep(seconds)
+    return "slept"
+
+
+@job(name="tests.wait_for_cancel")
+def wait_for_cancel(seconds: float) -> str:
+    """Waits up to ``seconds``, returning early once the worker says the claim is gone."""
+    context = current_job()
+    assert context is not None
+    return "cancelled" if context.wait(seconds) else "finished"
+
+
+@job(name="tests.flaky_once", retry=_NO_BACKOFF)
+def flaky_once() -> str:
+    context = current_job()
+    assert context is not None
+    if context.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return "second attempt"
+
+
+@job(name="tests.fails_fast", max_attempts=2, retry=_NO_BACKOFF)
+def fails_fast() -> None:
+    raise RuntimeError("fails every time")
+
+
+@job(name="tests.async_double")
+async def async_double(x: int) -> int:
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    return x * 2
+
+
+@job(name="tests.stubborn_timeout", timeout=0.5, max_attempts=1)
+def stubborn_timeout() -> str:
+    _time.sleep(3)
+    return "too late"
+
+
+@job(name="tests.hang_first_run")
+def hang_first_run(path: str) -> str:
+    """Appends a line per run to ``path``; the first run hangs (to be SIGKILLed)."""
+    with open(path, "a") as log:
+        log.write(f"{_os.getpid()}\n")
+    with open(path) as log:
+        runs = len(log.readlines())
+    if runs == 1:
+        _time.sleep(120)
+    return f"run {runs}"
