@@ -65,9 +65,12 @@ def now_sql(vendor: str, seconds: float = 0) -> str:
         base = "UTC_TIMESTAMP(6)"
         return f"TIMESTAMPADD(MICROSECOND, {micros}, {base})" if micros else base
     if vendor == "sqlite":
-        if seconds:
-            return f"STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '{seconds:+.3f} seconds')"
-        return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+        # SQLite's clock has millisecond resolution, Django stores microseconds, and
+        # the values compare as text: '…57.123456' sorts after '…57.123'. Reading
+        # "now" as the end of its millisecond ('…57.123999') keeps a job enqueued
+        # earlier in that same millisecond claimable at once.
+        shift = f", '{seconds:+.3f} seconds'" if seconds else ""
+        return f"(STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now'{shift}) || '999')"
     raise NotImplementedError(f"django-arcature does not support the {vendor!r} database")
 
 
@@ -186,10 +189,14 @@ def claim_in_one_statement(
 ) -> list[ClaimedJob]:
     """PostgreSQL and SQLite: pick, lock and stamp a batch in a single UPDATE … RETURNING.
 
-    On PostgreSQL the inner SELECT skips rows other claimers hold (SKIP LOCKED),
-    so concurrent workers divide the queue without waiting on each other. SQLite
-    has one writer at a time; the outer ``status = 'pending'`` re-check is the
-    compare-and-set that makes a stale read claim nothing.
+    On PostgreSQL the picking SELECT skips rows other claimers hold (SKIP LOCKED),
+    so concurrent workers divide the queue without waiting on each other. It is a
+    MATERIALIZED CTE, run exactly once: written as ``id IN (SELECT … LIMIT n FOR
+    UPDATE SKIP LOCKED)`` the planner may re-run the subquery for every row it
+    updates, each run skipping the rows this statement just changed and picking
+    new ones, so a claim of 1 took several jobs. SQLite has one writer at a time;
+    the outer ``status = 'pending'`` re-check is the compare-and-set that makes a
+    stale read claim nothing.
     """
     connection = connections[using]
     vendor = connection.vendor
@@ -199,17 +206,26 @@ def claim_in_one_statement(
     if vendor == "postgresql":
         token = "gen_random_uuid()"
         lock = "FOR UPDATE SKIP LOCKED"
+        materialized = "MATERIALIZED"
     else:
         token = "LOWER(HEX(RANDOMBLOB(16)))"  # Django stores UUIDs as 32 hex chars here
         lock = ""
-    params: list[Any] = ["running", worker_id, lease_seconds, "pending"]
+        materialized = ""
+    params: list[Any] = ["pending"]
     queue_filter = ""
     if queues:
         queue_filter = f"AND {qn('queue')} IN ({', '.join(['%s'] * len(queues))})"
         params.extend(queues)
-    params.extend([batch, "pending"])
-    returning = ", ".join(qn(c) for c in CLAIM_COLUMNS)
+    params.extend([batch, "running", worker_id, lease_seconds, "pending"])
+    # available_at comes back too, only to put the batch in claim order.
+    returning = ", ".join(qn(c) for c in (*CLAIM_COLUMNS, "available_at"))
     sql = f"""
+        WITH picked AS {materialized} (
+            SELECT {qn("id")} FROM {qn(table)}
+            WHERE {qn("status")} = %s AND {qn("available_at")} <= {now} {queue_filter}
+            ORDER BY {qn("priority")} DESC, {qn("available_at")}
+            LIMIT %s {lock}
+        )
         UPDATE {qn(table)} SET
             {qn("status")} = %s,
             {qn("attempts")} = {qn("attempts")} + 1,
@@ -219,20 +235,16 @@ def claim_in_one_statement(
             {qn("lease_seconds")} = %s,
             {qn("lease_expires_at")} = {expires},
             {qn("started_at")} = COALESCE({qn("started_at")}, {now})
-        WHERE {qn("id")} IN (
-            SELECT {qn("id")} FROM {qn(table)}
-            WHERE {qn("status")} = %s AND {qn("available_at")} <= {now} {queue_filter}
-            ORDER BY {qn("priority")} DESC, {qn("available_at")}
-            LIMIT %s {lock}
-        ) AND {qn("status")} = %s
+        WHERE {qn("id")} IN (SELECT {qn("id")} FROM picked) AND {qn("status")} = %s
         RETURNING {returning}
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    claimed = [claimed_from_row(row) for row in rows]
-    claimed.sort(key=lambda job: -job.priority)
-    return claimed
+    # RETURNING follows no order: restore the claim's (priority desc, then oldest).
+    priority = CLAIM_COLUMNS.index("priority")
+    rows.sort(key=lambda row: (-row[priority], row[-1]))
+    return [claimed_from_row(row[:-1]) for row in rows]
 
 
 def uses_single_statement_claim(vendor: str) -> bool:

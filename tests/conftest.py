@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -18,10 +19,17 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 _unreachable: str | None = None
 
 
-def _probe_database() -> str | None:
+def _probe_database(config: pytest.Config) -> str | None:
     """None if the configured server answers, else why not."""
     from django.db import connections
+    from pytest_django.plugin import blocking_manager_key
 
+    # pytest-django blocks database access outside tests; the probe needs it.
+    with config.stash[blocking_manager_key].unblock():
+        return _probe(connections)
+
+
+def _probe(connections: Any) -> str | None:
     settings_dict = dict(connections["default"].settings_dict)
     if settings_dict["ENGINE"].endswith("sqlite3"):
         return None
@@ -40,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     needs_db = [item for item in items if item.get_closest_marker("django_db")]
     if not needs_db:
         return
-    _unreachable = _probe_database()
+    _unreachable = _probe_database(config)
     if _unreachable is None:
         return
     if IN_CI:

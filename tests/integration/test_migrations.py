@@ -1,0 +1,69 @@
+"""The migrations match the models and run both ways on every database."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from django_arcature.models import Job
+
+TABLE = Job._meta.db_table
+CONSTRAINTS = {c.name for c in Job._meta.constraints}
+
+
+@pytest.mark.django_db
+def test_models_have_no_missing_migrations() -> None:
+    out = io.StringIO()
+    # Exits with status 1 (SystemExit) when a model change has no migration.
+    call_command("makemigrations", "django_arcature", check=True, dry_run=True, stdout=out)
+    assert "No changes detected" in out.getvalue()
+
+
+def _schema() -> tuple[bool, set[str]]:
+    with connection.cursor() as cursor:
+        if TABLE not in connection.introspection.table_names(cursor):
+            return False, set()
+        return True, set(connection.introspection.get_constraints(cursor, TABLE))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrate_to_zero_and_back() -> None:
+    exists, names = _schema()
+    assert exists
+    assert names >= CONSTRAINTS, f"missing in the database: {CONSTRAINTS - names}"
+    try:
+        call_command("migrate", "django_arcature", "zero", verbosity=0)
+        assert _schema() == (False, set())
+    finally:
+        call_command("migrate", "django_arcature", verbosity=0)
+    exists, names = _schema()
+    assert exists
+    assert names >= CONSTRAINTS
+    # The table works again, constraints and all.
+    Job.objects.enqueue("tests.noop")
+    assert len(Job.objects.claim("w", lease=30, batch=1)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgresql_insert_trigger_is_recreated(vendor: str) -> None:
+    if vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY and its trigger exist on PostgreSQL only")
+
+    def triggers() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+                [TABLE],
+            )
+            return [name for (name,) in cursor.fetchall()]
+
+    assert triggers() == ["arcature_notify_inserted"]
+    try:
+        call_command("migrate", "django_arcature", "0001", verbosity=0)
+        assert triggers() == []
+    finally:
+        call_command("migrate", "django_arcature", verbosity=0)
+    assert triggers() == ["arcature_notify_inserted"]
