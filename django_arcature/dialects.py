@@ -254,3 +254,36 @@ def uses_single_statement_claim(vendor: str) -> bool:
 
 def in_transaction(using: str) -> transaction.Atomic:
     return transaction.atomic(using=using)
+
+
+# --- Planner estimates (the admin's job list) ------------------------------------------
+
+
+def estimate_rows(using: str, sql: str, params: Sequence[Any]) -> int | None:
+    """The query planner's guess at how many rows ``sql`` returns; None where there is none.
+
+    The admin asks only once an exact count has passed its bound, so a list of
+    millions of jobs never waits on a full COUNT(*). PostgreSQL's estimate is
+    the plan's row count; MySQL/MariaDB report rows examined (times ``filtered``
+    where the server gives it); SQLite has no estimate and is counted exactly.
+    """
+    connection = connections[using]
+    vendor = connection.vendor
+    if vendor not in {"postgresql", "mysql"}:
+        return None
+    with connection.cursor() as cursor:
+        if vendor == "postgresql":
+            cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+            plan = cursor.fetchone()[0]
+            if isinstance(plan, str):
+                plan = json.loads(plan)
+            return int(plan[0]["Plan"]["Plan Rows"])
+        cursor.execute("EXPLAIN " + sql, params)
+        columns = [column[0].lower() for column in cursor.description]
+        rows = cursor.fetchall()
+    if not rows or "rows" not in columns:
+        return None
+    first = dict(zip(columns, rows[0], strict=True))
+    examined = float(first["rows"] or 0)
+    filtered = first.get("filtered")
+    return int(examined * float(filtered) / 100) if filtered is not None else int(examined)

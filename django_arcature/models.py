@@ -99,6 +99,8 @@ class Job(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="arcature_sweep_idx"),
             # The admin's dead-letter page, the dashboard's per-minute counts and prune.
             models.Index(fields=["status", "finished_at"], name="arcature_finished_idx"),
+            # The admin's job list: newest first, and its date hierarchy (MIN/MAX only).
+            models.Index(fields=["created_at"], name="arcature_created_idx"),
         )
         constraints = (
             models.CheckConstraint(
@@ -146,3 +148,16 @@ class Job(models.Model):
         """Keyword arguments as stored in the payload."""
         value = self.payload.get("kwargs", {}) if isinstance(self.payload, dict) else {}
         return dict(value) if isinstance(value, dict) else {}
+
+
+class DeadJob(Job):
+    """The dead-letter page: the same rows as ``Job``, seen through ``status = 'dead'``.
+
+    A proxy gives the admin a second menu entry with its own list, filters and
+    actions, without a second table; the filtering lives in its ModelAdmin.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = _("dead job")
+        verbose_name_plural = _("dead letters")

@@ -1,0 +1,317 @@
+"""The queue dashboard: per-queue counts, lag, throughput over the last hour, workers.
+
+Four grouped queries, each bounded by an index instead of the table's size:
+live and dead jobs by ``(status, queue, …)``, the last hour's finished jobs by
+``(status, finished_at)``, and running jobs by ``(status, lease_expires_at)``.
+Succeeded and cancelled jobs are counted over the last hour only: an all-time
+count of them would read the whole table, and ``prune`` deletes them anyway.
+The chart is drawn here as SVG geometry and rendered inline by a template, so
+the page needs no script and works offline.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+from django.utils.formats import time_format
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from .dialects import DatabaseNow
+from .models import Job, JobStatus
+
+logger = logging.getLogger(__name__)
+
+WINDOW_MINUTES = 60
+
+
+@dataclass
+class QueueRow:
+    """One queue's line in the table."""
+
+    queue: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    dead: int = 0
+    succeeded_last_hour: int = 0
+    failed_last_hour: int = 0
+    cancelled_last_hour: int = 0
+    oldest_ready: datetime.datetime | None = None
+    lag: str = ""
+
+
+@dataclass
+class WorkerRow:
+    """A worker id seen in ``locked_by`` of a running job or one finished in the last hour."""
+
+    name: str
+    running: int = 0
+    finished_last_hour: int = 0
+    last_seen: datetime.datetime | None = None
+    last_seen_ago: str = ""
+
+
+@dataclass(frozen=True)
+class Minute:
+    start: datetime.datetime
+    succeeded: int
+    failed: int
+
+
+@dataclass
+class Dashboard:
+    now: datetime.datetime
+    queues: list[QueueRow]
+    workers: list[WorkerRow]
+    minutes: list[Minute]
+    chart: Chart
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+def collect(now: datetime.datetime | None = None, using: str = "default") -> Dashboard:
+    """Read everything the dashboard shows; ``now`` is the web server's clock."""
+    now = now or timezone.now()
+    since = _minute_floor(now) - datetime.timedelta(minutes=WINDOW_MINUTES - 1)
+    jobs = Job.objects.using(using)
+    queues: dict[str, QueueRow] = {}
+
+    def row(name: str) -> QueueRow:
+        return queues.setdefault(name, QueueRow(queue=name))
+
+    live = (
+        jobs.filter(status__in=(JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD))
+        .values("queue", "status")
+        .annotate(
+            total=Count("*"),
+            scheduled=Count("available_at", filter=Q(available_at__gt=DatabaseNow())),
+            oldest_ready=Min("available_at", filter=Q(available_at__lte=DatabaseNow())),
+        )
+        .order_by()
+    )
+    for item in live:
+        line = row(item["queue"])
+        if item["status"] == JobStatus.PENDING:
+            line.scheduled = item["scheduled"]
+            line.ready = item["total"] - item["scheduled"]
+            line.oldest_ready = item["oldest_ready"]
+        elif item["status"] == JobStatus.RUNNING:
+            line.running = item["total"]
+        else:
+            line.dead = item["total"]
+
+    per_minute: dict[datetime.datetime, list[int]] = {}
+    finished = (
+        jobs.filter(
+            status__in=(JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED),
+            finished_at__gte=since,
+        )
+        .annotate(minute=TruncMinute("finished_at", tzinfo=datetime.UTC))
+        .values("queue", "status", "minute")
+        .annotate(total=Count("*"))
+        .order_by()
+    )
+    for group in finished:
+        line = row(group["queue"])
+        counts = per_minute.setdefault(group["minute"], [0, 0])
+        if group["status"] == JobStatus.SUCCEEDED:
+            line.succeeded_last_hour += group["total"]
+            counts[0] += group["total"]
+        elif group["status"] == JobStatus.DEAD:
+            line.failed_last_hour += group["total"]
+            counts[1] += group["total"]
+        else:
+            line.cancelled_last_hour += group["total"]
+
+    for line in queues.values():
+        if line.oldest_ready is not None:
+            line.lag = format_age((now - line.oldest_ready).total_seconds())
+
+    minutes = [
+        Minute(start, *per_minute.get(start, (0, 0)))
+        for start in (since + datetime.timedelta(minutes=n) for n in range(WINDOW_MINUTES))
+    ]
+    workers = _workers(jobs, since, now)
+    ordered = sorted(queues.values(), key=lambda q: q.queue)
+    totals = {
+        "succeeded": sum(m.succeeded for m in minutes),
+        "failed": sum(m.failed for m in minutes),
+        "ready": sum(q.ready for q in ordered),
+        "running": sum(q.running for q in ordered),
+        "dead": sum(q.dead for q in ordered),
+    }
+    return Dashboard(now, ordered, workers, minutes, build_chart(minutes), totals)
+
+
+def _workers(jobs: Any, since: datetime.datetime, now: datetime.datetime) -> list[WorkerRow]:
+    """Workers by ``locked_by``; ``locked_at`` is their last claim or heartbeat."""
+    workers: dict[str, WorkerRow] = {}
+    running = (
+        jobs.filter(status=JobStatus.RUNNING)
+        .values("locked_by")
+        .annotate(total=Count("*"), last=Max("locked_at"))
+        .order_by()
+    )
+    recent = (
+        jobs.filter(status__in=(JobStatus.SUCCEEDED, JobStatus.DEAD), finished_at__gte=since)
+        .exclude(locked_by="")
+        .values("locked_by")
+        .annotate(total=Count("*"), last=Max("locked_at"))
+        .order_by()
+    )
+    for rows, attribute in ((running, "running"), (recent, "finished_last_hour")):
+        for item in rows:
+            worker = workers.setdefault(item["locked_by"], WorkerRow(name=item["locked_by"]))
+            setattr(worker, attribute, item["total"])
+            last = item["last"]
+            if last is not None and (worker.last_seen is None or last > worker.last_seen):
+                worker.last_seen = last
+    for worker in workers.values():
+        if worker.last_seen is not None:
+            worker.last_seen_ago = format_age(max(0.0, (now - worker.last_seen).total_seconds()))
+    return sorted(workers.values(), key=lambda w: (-w.running, w.name))
+
+
+def _minute_floor(moment: datetime.datetime) -> datetime.datetime:
+    return moment.astimezone(datetime.UTC).replace(second=0, microsecond=0)
+
+
+def format_age(seconds: float) -> str:
+    """A short age for operators: "42 s", "3 min 5 s", "2 h 10 min", "3 d 4 h"."""
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return _("%(days)d d %(hours)d h") % {"days": days, "hours": hours}
+    if hours:
+        return _("%(hours)d h %(minutes)d min") % {"hours": hours, "minutes": minutes}
+    if minutes:
+        return _("%(minutes)d min %(seconds)d s") % {"minutes": minutes, "seconds": secs}
+    return _("%(seconds)d s") % {"seconds": secs}
+
+
+# --- The chart ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One minute's stacked bar; coordinates are preformatted so no locale touches them."""
+
+    x: str
+    width: str
+    succeeded_y: str
+    succeeded_height: str
+    failed_y: str
+    failed_height: str
+    succeeded: int
+    failed: int
+    label: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    position: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    plot_left: int
+    plot_right: int
+    plot_top: int
+    plot_bottom: int
+    bars: list[Bar]
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+    y_max: int
+    y_label_x: str
+    x_label_y: str
+    empty: bool
+    title: str
+    description: str
+
+
+def nice_ceiling(value: int) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50 … that is at least ``value`` (at least 1)."""
+    step = 1
+    while True:
+        for factor in (1, 2, 5):
+            if step * factor >= value:
+                return step * factor
+        step *= 10
+
+
+def build_chart(minutes: list[Minute], width: int = 720, height: int = 220) -> Chart:
+    """Stacked bars, succeeded below failed, one per minute, with a 0 … max y axis."""
+    left, right, top, bottom = 44, width - 8, 12, height - 26
+    plot_height = bottom - top
+    y_max = nice_ceiling(max((m.succeeded + m.failed for m in minutes), default=0))
+    slot = (right - left) / max(len(minutes), 1)
+    bar_width = max(slot * 0.75, 1.0)
+
+    def y_of(value: float) -> float:
+        return bottom - plot_height * value / y_max
+
+    bars = []
+    for index, minute in enumerate(minutes):
+        x = left + index * slot + (slot - bar_width) / 2
+        succeeded_top = y_of(minute.succeeded)
+        failed_top = y_of(minute.succeeded + minute.failed)
+        clock = time_format(timezone.localtime(minute.start), "H:i")
+        bars.append(
+            Bar(
+                x=f"{x:.2f}",
+                width=f"{bar_width:.2f}",
+                succeeded_y=f"{succeeded_top:.2f}",
+                succeeded_height=f"{bottom - succeeded_top:.2f}",
+                failed_y=f"{failed_top:.2f}",
+                failed_height=f"{succeeded_top - failed_top:.2f}",
+                succeeded=minute.succeeded,
+                failed=minute.failed,
+                label=_("%(time)s: %(succeeded)d succeeded, %(failed)d failed")
+                % {"time": clock, "succeeded": minute.succeeded, "failed": minute.failed},
+            )
+        )
+    y_ticks = [Tick(f"{y_of(v):.2f}", str(v)) for v in sorted({0, y_max // 2, y_max})]
+    # The plot's right edge is the end of the current minute, its left edge an hour before.
+    x_ticks = [
+        Tick(
+            f"{right - minutes_ago * slot:.2f}",
+            _("now") if minutes_ago == 0 else _("-%(minutes)d min") % {"minutes": minutes_ago},
+        )
+        for minutes_ago in (60, 45, 30, 15, 0)
+        if minutes_ago <= len(minutes)
+    ]
+    total_succeeded = sum(m.succeeded for m in minutes)
+    total_failed = sum(m.failed for m in minutes)
+    description = ngettext(
+        "%(succeeded)d job succeeded and %(failed)d failed in the last %(minutes)d minute.",
+        "%(succeeded)d jobs succeeded and %(failed)d failed in the last %(minutes)d minutes.",
+        len(minutes),
+    ) % {"succeeded": total_succeeded, "failed": total_failed, "minutes": len(minutes)}
+    return Chart(
+        width=width,
+        height=height,
+        plot_left=left,
+        plot_right=right,
+        plot_top=top,
+        plot_bottom=bottom,
+        bars=bars,
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        y_max=y_max,
+        y_label_x=str(left - 6),
+        x_label_y=str(height - 6),
+        empty=total_succeeded + total_failed == 0,
+        title=_("Jobs finished per minute, last hour"),
+        description=description,
+    )

@@ -1,0 +1,114 @@
+"""The queue dashboard: counts, lag, the per-minute chart and the workers, on every database."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from django_arcature.admin_dashboard import Minute, build_chart, collect, format_age, nice_ceiling
+from django_arcature.models import Job
+
+from .test_admin_support import enqueue, make_dead, make_running, make_scheduled, make_succeeded
+
+DASHBOARD = reverse("admin:django_arcature_dashboard")
+
+
+@pytest.mark.django_db
+def test_counts_per_queue_lag_and_workers() -> None:
+    make_dead(2, queue="mail", worker="host-1")
+    make_succeeded(3, queue="mail", worker="host-1")
+    make_running(1, queue="mail", worker="host-2")
+    enqueue(4, "mail", run_at=timezone.now() - timedelta(minutes=5))
+    make_scheduled(2, queue="reports")
+    [cancelled] = enqueue(1, "reports")
+    Job.objects.cancel(cancelled)
+
+    data = collect()
+    queues = {q.queue: q for q in data.queues}
+    mail, reports = queues["mail"], queues["reports"]
+    assert (mail.ready, mail.scheduled, mail.running, mail.dead) == (4, 0, 1, 2)
+    assert (mail.succeeded_last_hour, mail.failed_last_hour) == (3, 2)
+    assert mail.lag.startswith("5 min")
+    assert (reports.ready, reports.scheduled, reports.cancelled_last_hour) == (0, 2, 1)
+    assert reports.lag == ""
+    assert data.totals == {"succeeded": 3, "failed": 2, "ready": 4, "running": 1, "dead": 2}
+    assert len(data.minutes) == 60
+    assert (data.minutes[-1].succeeded, data.minutes[-1].failed) == (3, 2)
+    workers = {w.name: w for w in data.workers}
+    assert (workers["host-1"].running, workers["host-1"].finished_last_hour) == (0, 5)
+    assert (workers["host-2"].running, workers["host-2"].finished_last_hour) == (1, 0)
+    assert workers["host-2"].last_seen is not None
+
+
+@pytest.mark.django_db
+def test_the_page_draws_the_chart_inline(admin_client: Client) -> None:
+    make_succeeded(3)
+    make_dead(1)
+    page = admin_client.get(DASHBOARD).content.decode()
+    start = page.index('<svg id="arcature-throughput-chart"')
+    svg = page[start : page.index("</svg>", start)]
+    assert 'data-succeeded="3" data-failed="1"' in svg
+    assert svg.count('class="arcature-minute"') == 60
+    assert svg.count("arcature-bar-succeeded") == 1
+    assert svg.count("arcature-bar-failed") == 1
+    assert not re.search(r"""(src|href)=["']https?://""", page)  # works offline: no CDN
+
+
+@pytest.mark.django_db
+def test_viewers_may_open_the_dashboard(client: Client) -> None:
+    from .test_admin_support import client_for, staff
+
+    assert client_for(staff("viewer", "view_job")).get(DASHBOARD).status_code == 200
+    assert client.get(DASHBOARD).status_code == 302
+
+
+def test_nice_ceiling() -> None:
+    assert [nice_ceiling(v) for v in (0, 1, 2, 3, 7, 11, 99, 101, 4000)] == [
+        1,
+        1,
+        2,
+        5,
+        10,
+        20,
+        100,
+        200,
+        5000,
+    ]
+
+
+def test_format_age() -> None:
+    assert [format_age(s) for s in (0, 42.9, 185, 7800, 90000, -3)] == [
+        "0 s",
+        "42 s",
+        "3 min 5 s",
+        "2 h 10 min",
+        "1 d 1 h",
+        "0 s",
+    ]
+
+
+def test_chart_geometry_stacks_failed_on_succeeded() -> None:
+    start = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+    minutes = [Minute(start + timedelta(minutes=i), i % 3, 1 if i == 59 else 0) for i in range(60)]
+    chart = build_chart(minutes, width=720, height=220)
+    assert chart.y_max == 5  # tallest bar is 2 + 1 = 3 → 5
+    last = chart.bars[-1]
+    bottom = chart.plot_bottom
+    assert float(last.succeeded_y) + float(last.succeeded_height) == pytest.approx(bottom)
+    assert float(last.failed_y) + float(last.failed_height) == pytest.approx(
+        float(last.succeeded_y)
+    )
+    plot = bottom - chart.plot_top
+    assert float(last.succeeded_height) == pytest.approx(plot * 2 / 5)
+    assert float(last.failed_height) == pytest.approx(plot * 1 / 5)
+    assert [t.label for t in chart.x_ticks] == ["-60 min", "-45 min", "-30 min", "-15 min", "now"]
+    assert float(chart.x_ticks[0].position) == pytest.approx(chart.plot_left)
+    assert float(chart.x_ticks[-1].position) == pytest.approx(chart.plot_right)
+    assert not chart.empty
+    assert build_chart([Minute(start, 0, 0)] * 60).empty

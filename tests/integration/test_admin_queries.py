@@ -1,0 +1,112 @@
+"""What the admin's pages ask the database: few queries, each bounded by an index.
+
+On a table of millions of rows the usual admin costs are an unbounded COUNT(*),
+``SELECT DISTINCT`` for filters and the date hierarchy, and loading every big
+column of every listed row. These tests read the SQL the pages really send.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from django_arcature import admin_list
+from django_arcature.models import Job
+
+from .test_admin_support import enqueue, make_dead, make_running, make_succeeded
+
+pytestmark = pytest.mark.django_db
+
+TABLE = Job._meta.db_table
+
+
+def job_queries(client: Client, url: str, **params: str) -> list[str]:
+    """The SQL a page sends to the job table (sessions and users left out)."""
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url, params)
+    assert response.status_code == 200
+    return [q["sql"] for q in captured.captured_queries if TABLE in q["sql"]]
+
+
+@pytest.fixture
+def jobs() -> None:
+    make_dead(3)
+    make_succeeded(2)
+    make_running(2)
+    enqueue(30, "bulk")
+
+
+@pytest.fixture
+def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Make 37 rows "a big table" for the paginator."""
+    monkeypatch.setattr(admin_list.EstimatedCountPaginator, "exact_limit", 10)
+    return 10
+
+
+@pytest.mark.usefixtures("jobs")
+def test_the_job_list_never_scans_for_distinct_values_or_loads_big_columns(
+    admin_client: Client,
+) -> None:
+    queries = job_queries(admin_client, reverse("admin:django_arcature_job_changelist"))
+    assert len(queries) == 4, queries  # filter sample, bounded count, page, MIN/MAX
+    assert not [q for q in queries if "DISTINCT" in q.upper()]
+    [page] = [q for q in queries if "last_error" in q]  # the only query reading whole rows
+    for column in ("payload", "last_traceback", "attempt_log", "result"):
+        assert f'{column}"' not in page, f"the list loads {column}"
+        assert f"{column}`" not in page, f"the list loads {column}"
+
+
+@pytest.mark.usefixtures("jobs")
+def test_a_count_past_the_limit_asks_the_planner_where_there_is_one(
+    admin_client: Client, small_limit: int, vendor: str
+) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        response = admin_client.get(reverse("admin:django_arcature_job_changelist"))
+    queries = [q["sql"] for q in captured.captured_queries if TABLE in q["sql"]]
+    counts = [q for q in queries if "COUNT(" in q.upper()]
+    bounded = [q for q in counts if f"LIMIT {small_limit + 1}" in q]
+    assert len(bounded) == 1, counts
+    cl = response.context["cl"]
+    if vendor == "sqlite":
+        # SQLite keeps no row estimate: past the limit it counts exactly (one more COUNT).
+        assert len(counts) == 2
+        assert cl.result_count == 37
+        assert not cl.count_is_estimate
+    else:
+        # PostgreSQL and MySQL/MariaDB: EXPLAIN, never a second, unbounded COUNT(*).
+        assert counts == bounded
+        assert [q for q in queries if q.upper().startswith("EXPLAIN")]
+        assert cl.count_is_estimate
+        assert cl.result_count > small_limit
+        assert b"estimate, not an exact count" in response.content
+    assert len(queries) == len(counts) + 3 + (vendor != "sqlite")
+
+
+@pytest.mark.usefixtures("jobs")
+def test_the_dead_letter_page_reads_dead_rows_only(admin_client: Client) -> None:
+    queries = job_queries(admin_client, reverse("admin:django_arcature_deadjob_changelist"))
+    assert len(queries) == 4, queries
+    for sql in queries:
+        assert "\"status\" = 'dead'" in sql or "`status` = 'dead'" in sql, sql
+    assert not [q for q in queries if "DISTINCT" in q.upper()]
+
+
+@pytest.mark.usefixtures("jobs")
+def test_filtered_and_searched_lists_stay_at_four_queries(admin_client: Client) -> None:
+    url = reverse("admin:django_arcature_job_changelist")
+    assert len(job_queries(admin_client, url, status="pending", queue="bulk")) == 4
+    assert len(job_queries(admin_client, url, q="tests.add")) == 4
+
+
+@pytest.mark.usefixtures("jobs")
+def test_the_dashboard_sends_four_grouped_queries_each_filtered_on_status(
+    admin_client: Client,
+) -> None:
+    queries = job_queries(admin_client, reverse("admin:django_arcature_dashboard"))
+    assert len(queries) == 4, queries
+    for sql in queries:
+        assert "GROUP BY" in sql.upper()
+        assert "status" in sql.split("WHERE", 1)[1], sql  # led by an index on status
