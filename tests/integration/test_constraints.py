@@ -101,8 +101,8 @@ def test_raw_sql_insert_is_refused_too() -> None:
     """No ORM at all: the CHECK constraints live in the schema."""
     table = connection.ops.quote_name(Job._meta.db_table)
     good = _row()
-    columns = [f for f in Job._meta.concrete_fields]
-    names = ", ".join(connection.ops.quote_name(f.column) for f in columns)
+    columns = list(Job._meta.concrete_fields)
+    names = ", ".join(connection.ops.quote_name(str(f.column)) for f in columns)
     marks = ", ".join(["%s"] * len(columns))
 
     def values(job: Job) -> list[Any]:

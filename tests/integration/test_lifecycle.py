@@ -40,7 +40,7 @@ def assert_token_iff_running() -> None:
         assert (token is not None) == (status == JobStatus.RUNNING), (status, token)
 
 
-# --- — → pending (enqueue) ------------------------------------------------------------
+# --- — → pending (enqueue) -----------------------------------------------------------------
 
 
 def test_enqueue_makes_a_pending_job_with_no_attempts() -> None:
@@ -82,7 +82,7 @@ def test_enqueue_many_inserts_pending_jobs(make_jobs: MakeJobs) -> None:
     }
 
 
-# --- pending → running (claim) ----------------------------------------------------------
+# --- pending → running (claim) -------------------------------------------------------------
 
 
 def test_claim_stamps_attempt_token_worker_and_lease(make_jobs: MakeJobs) -> None:
@@ -208,7 +208,7 @@ def test_claim_refuses_a_lease_out_of_range(make_jobs: MakeJobs, lease: float) -
         Job.objects.claim("w", lease=lease, batch=1)
 
 
-# --- running → running (heartbeat) --------------------------------------------------------
+# --- running → running (heartbeat) ---------------------------------------------------------
 
 
 def test_heartbeat_extends_the_lease_from_database_now(make_jobs: MakeJobs) -> None:
@@ -244,7 +244,7 @@ def test_heartbeat_many_reports_the_lost_claims(make_jobs: MakeJobs) -> None:
     assert Job.objects.heartbeat_many([], lease=30) == set()
 
 
-# --- running → succeeded / pending / dead (fenced completions) ------------------------------
+# --- running → succeeded / pending / dead (fenced completions) -----------------------------
 
 
 def test_mark_succeeded_finishes_and_drops_the_token(make_jobs: MakeJobs) -> None:
@@ -316,7 +316,7 @@ def test_release_hands_the_job_back_without_using_an_attempt(make_jobs: MakeJobs
     assert claim_one().attempts == 1
 
 
-# --- pending, running → cancelled ------------------------------------------------------------
+# --- pending, running → cancelled ----------------------------------------------------------
 
 
 def test_cancel_pending(make_jobs: MakeJobs) -> None:
@@ -342,13 +342,15 @@ def test_cancel_running_fences_out_its_later_completion(make_jobs: MakeJobs) -> 
     assert fresh(job_id).status == JobStatus.CANCELLED
 
 
-# --- dead → pending (requeue) ------------------------------------------------------------------
+# --- dead → pending (requeue) --------------------------------------------------------------
 
 
 def test_requeue_dead_resets_attempts_and_clears_the_error(make_jobs: MakeJobs) -> None:
     (job_id,) = make_jobs(1, max_attempts=1)
     claimed = claim_one()
-    Job.objects.mark_dead(job_id, claimed.claim_token, ErrorKind.EXHAUSTED, "no luck", traceback="t")
+    Job.objects.mark_dead(
+        job_id, claimed.claim_token, ErrorKind.EXHAUSTED, "no luck", traceback="t"
+    )
     assert Job.objects.requeue_dead(job_id) == 1
     row = fresh(job_id)
     assert row.status == JobStatus.PENDING
@@ -364,7 +366,7 @@ def test_requeue_dead_resets_attempts_and_clears_the_error(make_jobs: MakeJobs) 
     assert again.claim_token != claimed.claim_token
 
 
-# --- What must not happen ---------------------------------------------------------------------
+# --- What must not happen ------------------------------------------------------------------
 
 
 def _in_state(make_jobs: MakeJobs, status: str) -> tuple[uuid.UUID, uuid.UUID | None]:
@@ -502,21 +504,19 @@ def test_prune_deletes_only_old_finished_jobs(make_jobs: MakeJobs) -> None:
     dead, _ = _in_state(make_jobs, JobStatus.DEAD)
     pending, _ = _in_state(make_jobs, JobStatus.PENDING)
     assert Job.objects.prune(timedelta(hours=1)) == 0
-    Job.objects.filter(id__in=[done, dead]).update(
-        finished_at=timezone.now() - timedelta(days=2)
-    )
+    Job.objects.filter(id__in=[done, dead]).update(finished_at=timezone.now() - timedelta(days=2))
     assert Job.objects.prune(timedelta(hours=1)) == 1
     assert set(Job.objects.values_list("id", flat=True)) == {dead, pending}
     with pytest.raises(ValueError, match="finished jobs only"):
         Job.objects.prune(timedelta(0), statuses=[JobStatus.RUNNING])
 
 
-# --- Stored messages ----------------------------------------------------------------------------
+# --- Stored messages -----------------------------------------------------------------------
 
 
 @override_settings(ARCATURE={"MESSAGE_MAX_BYTES": 100, "TRACEBACK_MAX_BYTES": 300})
 def test_messages_are_truncated_for_storage(make_jobs: MakeJobs) -> None:
-    first, second = make_jobs(2)
+    make_jobs(2)
     a = claim_one()
     b = claim_one()
     message = "é€😀 oversized " * 1000
@@ -533,7 +533,7 @@ def test_messages_are_truncated_for_storage(make_jobs: MakeJobs) -> None:
     assert retried.last_traceback.startswith("Traceback line\n")
 
 
-# --- complete_many ---------------------------------------------------------------------------------
+# --- complete_many -------------------------------------------------------------------------
 
 
 def test_complete_many_fences_each_row_on_its_own(make_jobs: MakeJobs, events: Recorder) -> None:
@@ -574,7 +574,7 @@ def test_complete_many_checks_every_completion_before_writing(make_jobs: MakeJob
     assert fresh(a.id).status == JobStatus.RUNNING
 
 
-# --- Observer events ---------------------------------------------------------------------------------
+# --- Observer events -----------------------------------------------------------------------
 
 
 def test_events_are_sent_for_writes_that_landed(make_jobs: MakeJobs, events: Recorder) -> None:
@@ -642,7 +642,7 @@ def test_enqueue_sends_job_enqueued_on_commit(
     assert events.events[0][1]["job"].id == job.id
 
 
-# --- Enqueue is part of the caller's transaction ----------------------------------------------------
+# --- Enqueue is part of the caller's transaction -------------------------------------------
 
 
 def _in_another_thread(work: Callable[[], list[uuid.UUID]]) -> list[uuid.UUID]:
@@ -676,11 +676,15 @@ def test_enqueue_rolled_back_with_the_caller_leaves_no_job() -> None:
     class Abort(Exception):
         pass
 
-    with pytest.raises(Abort), transaction.atomic():
-        Job.objects.enqueue("tests.noop")
-        Job.objects.enqueue_many("tests.noop", [(), ()])
-        assert Job.objects.count() == 3
-        raise Abort
+    def enqueue_then_fail() -> None:
+        with transaction.atomic():
+            Job.objects.enqueue("tests.noop")
+            Job.objects.enqueue_many("tests.noop", [(), ()])
+            assert Job.objects.count() == 3
+            raise Abort
+
+    with pytest.raises(Abort):
+        enqueue_then_fail()
     assert Job.objects.count() == 0
     assert _claim_in_another_thread() == []
 

@@ -61,7 +61,9 @@ for state in ALL_STATES:
         (
             Malformed("missing argument 'user_id'"),
             state,
-            Dead(ErrorKind.MALFORMED, "payload does not fit the handler: missing argument 'user_id'"),
+            Dead(
+                ErrorKind.MALFORMED, "payload does not fit the handler: missing argument 'user_id'"
+            ),
         ),
         (
             Unknown("app.gone"),
@@ -188,7 +190,7 @@ def test_error_kinds_match_the_model_choices() -> None:
 
     assert [kind.value for kind in ErrorKind] == list(ModelErrorKind.values)
     for kind in ErrorKind:
-        assert ModelErrorKind(kind.value) == kind
+        assert ModelErrorKind(kind.value).value == kind.value
 
 
 # --- No database in the pure core -----------------------------------------------------

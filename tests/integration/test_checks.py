@@ -1,0 +1,119 @@
+"""System checks stop a bad configuration at startup and say what to write instead."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from django_arcature.checks import database_messages
+
+
+def arcature_messages(**kwargs: object) -> list[checks.CheckMessage]:
+    return [m for m in checks.run_checks(**kwargs) if str(m.id).startswith("arcature.")]  # type: ignore[arg-type]
+
+
+def test_the_test_settings_pass_every_check() -> None:
+    assert arcature_messages() == []
+    out = io.StringIO()
+    call_command("check", stdout=out)
+    assert "no issues" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_test_settings_pass_the_database_checks_too() -> None:
+    assert arcature_messages(databases=["default"]) == []
+
+
+@pytest.mark.parametrize(
+    ("arcature", "says"),
+    [
+        ({"LEASE_SECONDS": 0}, "ARCATURE['LEASE_SECONDS'] = 0 is invalid: use a whole number"),
+        ({"LEASE_SECONDS": 0.5}, "ARCATURE['LEASE_SECONDS'] = 0.5 is invalid: use a whole number"),
+        ({"POLL_INTERVAL": -1}, "ARCATURE['POLL_INTERVAL'] = -1 is invalid: use a number"),
+        ({"LEASE_SECONDSS": 30}, "Did you mean 'LEASE_SECONDS'?"),
+        ({"BOGUS": 1}, "ARCATURE['BOGUS'] is not a known setting. Known keys: "),
+        ({"MAX_ATTEMPTS": 0}, "ARCATURE['MAX_ATTEMPTS'] = 0 is invalid: use a whole number"),
+        ({"RETRY_BASE_SECONDS": 60, "RETRY_MAX_SECONDS": 10}, "raise the cap or lower the base"),
+    ],
+)
+def test_bad_setting_fails_check_with_what_to_change(arcature: object, says: str) -> None:
+    with override_settings(ARCATURE=arcature):
+        (message,) = arcature_messages()
+        assert message.id == "arcature.E001"
+        assert message.level == checks.ERROR
+        assert says in message.msg
+        assert "README" in str(message.hint)
+        with pytest.raises(SystemCheckError, match=r"arcature\.E001") as failed:
+            call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+        assert says in str(failed.value)
+
+
+def test_every_problem_is_one_message() -> None:
+    with override_settings(ARCATURE={"LEASE_SECONDS": 0, "POLL_INTERVAL": -1, "NOPE": 1}):
+        assert len(arcature_messages()) == 3
+
+
+def test_settings_not_a_dict() -> None:
+    with override_settings(ARCATURE=["LEASE_SECONDS", 3]):
+        (message,) = arcature_messages()
+    assert message.msg == "ARCATURE must be a dict, not list."
+
+
+# --- Database options (checked on the settings, so no DATABASES swap is needed) ----------
+
+FILE_IMMEDIATE = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": "/srv/app/db.sqlite3",
+    "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+}
+MODERN = (3, 45, 1)
+
+
+def ids(messages: list[checks.CheckMessage]) -> list[str]:
+    return [str(m.id) for m in messages]
+
+
+def test_sqlite_file_in_immediate_mode_is_fine() -> None:
+    assert database_messages({"default": FILE_IMMEDIATE}, MODERN) == []
+
+
+def test_sqlite_in_memory_is_a_warning() -> None:
+    for name in (":memory:", "", "file:jobs?mode=memory&cache=shared"):
+        config = {**FILE_IMMEDIATE, "NAME": name}
+        messages = database_messages({"default": config}, MODERN)
+        assert ids(messages) == ["arcature.W001"]
+        assert "worker processes cannot see its jobs" in messages[0].msg
+
+
+def test_sqlite_deferred_transactions_are_a_warning_with_the_option_to_set() -> None:
+    config = {**FILE_IMMEDIATE, "OPTIONS": {}}
+    (message,) = database_messages({"jobs": config}, MODERN)
+    assert message.id == "arcature.W002"
+    assert "DATABASES['jobs']['OPTIONS']['transaction_mode'] = 'IMMEDIATE'" in str(message.hint)
+
+
+def test_old_sqlite_is_an_error() -> None:
+    (message,) = database_messages({"default": FILE_IMMEDIATE}, (3, 31, 1))
+    assert message.id == "arcature.E002"
+    assert message.level == checks.ERROR
+    assert "SQLite 3.31.1 is too old" in message.msg
+
+
+def test_other_databases_are_not_judged_here() -> None:
+    config = {"ENGINE": "django.db.backends.postgresql", "NAME": "app"}
+    assert database_messages({"default": config, "other": {}}, MODERN) == []
+
+
+def test_database_checks_run_with_a_plain_manage_py_check() -> None:
+    """Not tagged ``database``: ``manage.py check`` and ``runserver`` show them."""
+    registered = checks.registry.registry.get_checks()
+    from django_arcature import checks as arcature_checks
+
+    ours = [c for c in registered if c is arcature_checks.check_databases]
+    assert ours
+    assert "database" not in getattr(ours[0], "tags", ())
