@@ -5,49 +5,202 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('task_name', models.CharField(max_length=255, verbose_name='task')),
-                ('queue', models.CharField(default='default', max_length=100, verbose_name='queue')),
-                ('priority', models.IntegerField(default=0, help_text='Higher runs first.', verbose_name='priority')),
-                ('payload', models.JSONField(default=dict, verbose_name='payload')),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('running', 'running'), ('succeeded', 'succeeded'), ('dead', 'dead'), ('cancelled', 'cancelled')], default='pending', max_length=16, verbose_name='status')),
-                ('attempts', models.IntegerField(default=0, verbose_name='attempts')),
-                ('max_attempts', models.IntegerField(default=3, verbose_name='max attempts')),
-                ('available_at', models.DateTimeField(verbose_name='available at')),
-                ('locked_at', models.DateTimeField(blank=True, null=True, verbose_name='locked at')),
-                ('locked_by', models.CharField(blank=True, default='', max_length=255, verbose_name='locked by')),
-                ('lease_seconds', models.IntegerField(default=30, verbose_name='lease (seconds)')),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True, verbose_name='lease expires at')),
-                ('claim_token', models.UUIDField(blank=True, editable=False, null=True, verbose_name='claim token')),
-                ('unique_key', models.CharField(blank=True, max_length=255, null=True, verbose_name='unique key')),
-                ('error_kind', models.CharField(blank=True, choices=[('permanent', 'permanent'), ('exhausted', 'exhausted'), ('malformed', 'malformed'), ('unknown', 'unknown'), ('panic', 'panic'), ('timeout', 'timeout')], default='', max_length=16, verbose_name='error kind')),
-                ('last_error', models.TextField(blank=True, default='', verbose_name='last error')),
-                ('last_traceback', models.TextField(blank=True, default='', verbose_name='last traceback')),
-                ('result', models.JSONField(blank=True, null=True, verbose_name='result')),
-                ('attempt_log', models.JSONField(blank=True, default=list, verbose_name='attempt log')),
-                ('backend', models.CharField(blank=True, default='', max_length=100, verbose_name='tasks backend')),
-                ('created_at', models.DateTimeField(verbose_name='created at')),
-                ('started_at', models.DateTimeField(blank=True, null=True, verbose_name='started at')),
-                ('finished_at', models.DateTimeField(blank=True, null=True, verbose_name='finished at')),
-                ('failed_at', models.DateTimeField(blank=True, null=True, verbose_name='failed at')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("task_name", models.CharField(max_length=255, verbose_name="task")),
+                (
+                    "queue",
+                    models.CharField(default="default", max_length=100, verbose_name="queue"),
+                ),
+                (
+                    "priority",
+                    models.IntegerField(
+                        default=0, help_text="Higher runs first.", verbose_name="priority"
+                    ),
+                ),
+                ("payload", models.JSONField(default=dict, verbose_name="payload")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("running", "running"),
+                            ("succeeded", "succeeded"),
+                            ("dead", "dead"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                        verbose_name="status",
+                    ),
+                ),
+                ("attempts", models.IntegerField(default=0, verbose_name="attempts")),
+                ("max_attempts", models.IntegerField(default=3, verbose_name="max attempts")),
+                ("available_at", models.DateTimeField(verbose_name="available at")),
+                (
+                    "locked_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="locked at"),
+                ),
+                (
+                    "locked_by",
+                    models.CharField(
+                        blank=True, default="", max_length=255, verbose_name="locked by"
+                    ),
+                ),
+                ("lease_seconds", models.IntegerField(default=30, verbose_name="lease (seconds)")),
+                (
+                    "lease_expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="lease expires at"),
+                ),
+                (
+                    "claim_token",
+                    models.UUIDField(
+                        blank=True, editable=False, null=True, verbose_name="claim token"
+                    ),
+                ),
+                (
+                    "unique_key",
+                    models.CharField(
+                        blank=True, max_length=255, null=True, verbose_name="unique key"
+                    ),
+                ),
+                (
+                    "error_kind",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("permanent", "permanent"),
+                            ("exhausted", "exhausted"),
+                            ("malformed", "malformed"),
+                            ("unknown", "unknown"),
+                            ("panic", "panic"),
+                            ("timeout", "timeout"),
+                        ],
+                        default="",
+                        max_length=16,
+                        verbose_name="error kind",
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True, default="", verbose_name="last error")),
+                (
+                    "last_traceback",
+                    models.TextField(blank=True, default="", verbose_name="last traceback"),
+                ),
+                ("result", models.JSONField(blank=True, null=True, verbose_name="result")),
+                (
+                    "attempt_log",
+                    models.JSONField(blank=True, default=list, verbose_name="attempt log"),
+                ),
+                (
+                    "backend",
+                    models.CharField(
+                        blank=True, default="", max_length=100, verbose_name="tasks backend"
+                    ),
+                ),
+                ("created_at", models.DateTimeField(verbose_name="created at")),
+                (
+                    "started_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="started at"),
+                ),
+                (
+                    "finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="finished at"),
+                ),
+                (
+                    "failed_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="failed at"),
+                ),
             ],
             options={
-                'verbose_name': 'job',
-                'verbose_name_plural': 'jobs',
-                'ordering': ('-created_at',),
-                'permissions': (('cancel_job', 'Can cancel pending or running jobs'), ('requeue_job', 'Can requeue dead jobs'), ('run_job_now', 'Can make a scheduled job run now')),
-                'indexes': [models.Index(fields=['status', '-priority', 'available_at'], name='arcature_claim_any_idx'), models.Index(fields=['status', 'queue', '-priority', 'available_at'], name='arcature_claim_queue_idx'), models.Index(fields=['status', 'lease_expires_at'], name='arcature_sweep_idx'), models.Index(fields=['status', 'finished_at'], name='arcature_finished_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('lease_seconds__gte', 1)), name='arcature_lease_seconds_gte_1'), models.CheckConstraint(condition=models.Q(('attempts__gte', 0)), name='arcature_attempts_gte_0'), models.CheckConstraint(condition=models.Q(('max_attempts__gte', 1)), name='arcature_max_attempts_gte_1'), models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'running', 'succeeded', 'dead', 'cancelled'])), name='arcature_status_known'), models.CheckConstraint(condition=models.Q(('error_kind', ''), ('error_kind__in', ['permanent', 'exhausted', 'malformed', 'unknown', 'panic', 'timeout']), _connector='OR'), name='arcature_error_kind_known'), models.CheckConstraint(condition=models.Q(models.Q(('status', 'running'), ('claim_token__isnull', False)), models.Q(models.Q(('status', 'running'), _negated=True), ('claim_token__isnull', True)), _connector='OR'), name='arcature_token_iff_running'), models.CheckConstraint(condition=models.Q(('unique_key__isnull', True), ('status__in', ('pending', 'running')), _connector='OR'), name='arcature_unique_key_only_active'), models.UniqueConstraint(fields=('unique_key',), name='arcature_unique_key')],
+                "verbose_name": "job",
+                "verbose_name_plural": "jobs",
+                "ordering": ("-created_at",),
+                "permissions": (
+                    ("cancel_job", "Can cancel pending or running jobs"),
+                    ("requeue_job", "Can requeue dead jobs"),
+                    ("run_job_now", "Can make a scheduled job run now"),
+                ),
+                "indexes": [
+                    models.Index(
+                        fields=["status", "-priority", "available_at"],
+                        name="arcature_claim_any_idx",
+                    ),
+                    models.Index(
+                        fields=["status", "queue", "-priority", "available_at"],
+                        name="arcature_claim_queue_idx",
+                    ),
+                    models.Index(fields=["status", "lease_expires_at"], name="arcature_sweep_idx"),
+                    models.Index(fields=["status", "finished_at"], name="arcature_finished_idx"),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("lease_seconds__gte", 1)),
+                        name="arcature_lease_seconds_gte_1",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("attempts__gte", 0)), name="arcature_attempts_gte_0"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_attempts__gte", 1)),
+                        name="arcature_max_attempts_gte_1",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("status__in", ["pending", "running", "succeeded", "dead", "cancelled"])
+                        ),
+                        name="arcature_status_known",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("error_kind", ""),
+                            (
+                                "error_kind__in",
+                                [
+                                    "permanent",
+                                    "exhausted",
+                                    "malformed",
+                                    "unknown",
+                                    "panic",
+                                    "timeout",
+                                ],
+                            ),
+                            _connector="OR",
+                        ),
+                        name="arcature_error_kind_known",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("status", "running"), ("claim_token__isnull", False)),
+                            models.Q(
+                                models.Q(("status", "running"), _negated=True),
+                                ("claim_token__isnull", True),
+                            ),
+                            _connector="OR",
+                        ),
+                        name="arcature_token_iff_running",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("unique_key__isnull", True),
+                            ("status__in", ("pending", "running")),
+                            _connector="OR",
+                        ),
+                        name="arcature_unique_key_only_active",
+                    ),
+                    models.UniqueConstraint(fields=("unique_key",), name="arcature_unique_key"),
+                ],
             },
         ),
     ]
