@@ -521,8 +521,10 @@ class JobManager(models.Manager["Job"]):
 
         This is what brings back a crashed worker's jobs: the crashed process
         releases nothing, so recovery depends only on the lease having run out.
-        A job with no attempts left goes ``dead`` (``exhausted``). Each UPDATE
-        re-checks the expiry, so a heartbeat that lands first keeps its job.
+        A job with no attempts left goes ``dead`` (``exhausted``). The expired rows
+        are locked before they are changed (skipping rows another sweeper holds),
+        so ``jobs_swept`` names exactly the jobs this sweep took, and a heartbeat
+        that lands first keeps its job.
         """
         from .models import JobStatus
 
@@ -535,24 +537,26 @@ class JobManager(models.Manager["Job"]):
         if not ids:
             return 0
         message = "the lease expired while running (the worker stopped heartbeating)"
+        skip_locked = connections[self.db].features.has_select_for_update_skip_locked
 
-        def operation() -> tuple[int, int]:
+        def operation() -> tuple[list[uuid.UUID], list[uuid.UUID]]:
             with transaction.atomic(using=self.db):
-                dead = (
-                    expired()
-                    .filter(id__in=ids, attempts__gte=F("max_attempts"))
-                    .update(
-                        **_dead_fields(
-                            DecidedErrorKind.EXHAUSTED,
-                            f"{message}; no attempts left",
-                            "",
-                        )
-                    )
-                )
-                requeued = (
+                rows = list(
                     expired()
                     .filter(id__in=ids)
-                    .update(
+                    .select_for_update(skip_locked=skip_locked)
+                    .values_list("id", "attempts", "max_attempts")
+                )
+                dead_ids = [job_id for job_id, tried, limit in rows if tried >= limit]
+                requeue_ids = [job_id for job_id, tried, limit in rows if tried < limit]
+                if dead_ids:
+                    expired().filter(id__in=dead_ids).update(
+                        **_dead_fields(
+                            DecidedErrorKind.EXHAUSTED, f"{message}; no attempts left", ""
+                        )
+                    )
+                if requeue_ids:
+                    expired().filter(id__in=requeue_ids).update(
                         status=JobStatus.PENDING,
                         claim_token=None,
                         locked_by="",
@@ -560,12 +564,14 @@ class JobManager(models.Manager["Job"]):
                         available_at=DatabaseNow(),
                         last_error=message,
                     )
-                )
-            return dead, requeued
+            return dead_ids, requeue_ids
 
-        dead, requeued = dialects.retry_on_lock_conflict(self.db, operation)
+        dead_ids, requeue_ids = dialects.retry_on_lock_conflict(self.db, operation)
+        dead, requeued = len(dead_ids), len(requeue_ids)
         if dead or requeued:
-            signals.jobs_swept.send(sender=self.model, job_ids=ids, requeued=requeued, dead=dead)
+            signals.jobs_swept.send(
+                sender=self.model, job_ids=dead_ids + requeue_ids, requeued=requeued, dead=dead
+            )
         return dead + requeued
 
     # --- operator actions -----------------------------------------------------------

@@ -10,11 +10,13 @@ believes it owns the job. Every write it makes must be refused.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from django_arcature.managers import ClaimTransition
@@ -175,3 +177,44 @@ def test_a_cancelled_running_job_fences_out_its_worker(make_jobs: MakeJobs) -> N
     assert row(job_id) == ("cancelled", 1, None)
     assert fresh(job_id).finished_at is not None
     assert fresh(job_id).finished_at < timezone.now() + timedelta(seconds=5)  # type: ignore[operator]
+
+
+def test_concurrent_sweepers_take_each_expired_job_once(
+    make_jobs: MakeJobs, events: Recorder
+) -> None:
+    """Every worker sweeps; the same expired job must be reported by one sweep only."""
+    ids = make_jobs(60, max_attempts=2)
+    ids_set = set(ids)
+    Job.objects.claim("crashed", lease=SHORT_LEASE, batch=60)
+    # Half of them on their last attempt: those go dead, the rest back to pending.
+    Job.objects.filter(id__in=ids[:30]).update(max_attempts=1)
+    time.sleep(PAST_THE_LEASE)
+    events.clear()
+    totals: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def sweeper() -> None:
+        try:
+            start.wait(timeout=30)
+            while swept := Job.objects.sweep_expired_leases(7):
+                totals.append(swept)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sweeper) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert sum(totals) == 60
+    reported = [
+        job_id for name, kw in events.events if name == "jobs_swept" for job_id in kw["job_ids"]
+    ]
+    assert sorted(reported) == sorted(ids_set)
+    assert sum(kw["dead"] for _, kw in events.events) == 30
+    assert Job.objects.filter(status=JobStatus.DEAD, error_kind=ErrorKind.EXHAUSTED).count() == 30
+    assert Job.objects.filter(status=JobStatus.PENDING, claim_token__isnull=True).count() == 30
