@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import uuid
 from collections import Counter
@@ -34,8 +35,11 @@ JOBS = 500
 LOG_DIR = Path(__file__).resolve().parents[2] / "var"
 
 # (threads, batch) per round: single-row claims, small batches, a batch larger
-# than the fair share, and more threads than cores.
+# than the fair share, and more threads than cores. ARCATURE_CLAIM_RACE_REPEAT=n
+# runs the whole set n times (for a soak; CI runs it once).
 ROUNDS = [(4, 1), (4, 5), (6, 7), (3, 50), (8, 3), (5, 2)]
+REPEAT = int(os.environ.get("ARCATURE_CLAIM_RACE_REPEAT", "1"))
+CASES = [(t, b, r) for r in range(REPEAT) for t, b in ROUNDS]
 
 
 class LockRetries(logging.Handler):
@@ -70,6 +74,8 @@ def race(threads: int, batch: int, busy_timeout_ms: int | None) -> tuple[list[uu
                 jobs = Job.objects.claim(f"racer-{n}", lease=120, batch=batch)
                 if not jobs:
                     return
+                if len(jobs) > batch:
+                    raise AssertionError(f"a claim of {batch} returned {len(jobs)} jobs")
                 with claimed_lock:
                     claimed.extend(job.id for job in jobs)
                 outcomes = Job.objects.complete_many(
@@ -132,11 +138,15 @@ def check_and_record(
     assert not Job.objects.filter(claim_token__isnull=False).exists()
 
 
-@pytest.mark.parametrize(("threads", "batch"), ROUNDS, ids=[f"{t}x{b}" for t, b in ROUNDS])
-def test_claim_race(make_jobs: MakeJobs, vendor: str, threads: int, batch: int) -> None:
+@pytest.mark.parametrize(
+    ("threads", "batch", "repeat"), CASES, ids=[f"{t}x{b}-{r}" for t, b, r in CASES]
+)
+def test_claim_race(
+    make_jobs: MakeJobs, vendor: str, threads: int, batch: int, repeat: int
+) -> None:
     ids = make_jobs(JOBS)
     claimed, retries = race(threads, batch, busy_timeout_ms=None)
-    check_and_record(vendor, f"{threads}x{batch}", ids, claimed, retries)
+    check_and_record(vendor, f"{threads}x{batch}-{repeat}", ids, claimed, retries)
 
 
 @pytest.mark.parametrize("round_no", range(3))
