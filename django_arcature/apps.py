@@ -12,4 +12,4 @@ class ArcatureConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the checks)
+        from . import checks, checks_registry  # noqa: F401  (registers the checks)

@@ -7,7 +7,7 @@ class ArcatureError(Exception):
     """Base class for errors raised by django-arcature itself."""
 
 
-class Permanent(Exception):  # noqa: N818 - read as ``raise Permanent("why")``
+class Permanent(Exception):
     """Raise from a handler to send the job straight to ``dead`` without retrying.
 
     Use it for failures no retry can fix (a deleted user, an invalid address):
@@ -15,9 +15,9 @@ class Permanent(Exception):  # noqa: N818 - read as ``raise Permanent("why")``
     """
 
 
-class UnknownTask(ArcatureError, LookupError):  # noqa: N818
+class UnknownTask(ArcatureError, LookupError):
     """No job handler is registered under the given name."""
 
 
-class MalformedPayload(ArcatureError, ValueError):  # noqa: N818
+class MalformedPayload(ArcatureError, ValueError):
     """A job's arguments do not fit its handler (signature, JSON or annotations)."""

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 
 __all__ = ["ClaimTransition", "ClaimedJob", "Completion", "JobManager"]
 
+#: How often an enqueue of a unique job retries when the key's holder finished
+#: between our failed insert and our read (each retry needs that race again).
+_UNIQUE_INSERT_ATTEMPTS = 10
+#: The furthest ahead a delayed job may be scheduled (as for retries).
+_MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600
+
 
 class ClaimTransition(enum.Enum):
     """Whether a fenced write changed the row (``UPDATED``) or was fenced out (``LOST``)."""
@@ -85,8 +91,9 @@ class JobManager(models.Manager["Job"]):
 
         ``task`` is a registered name or a ``@job`` handle. The job's own
         arguments travel in ``args``/``kwargs`` so they never collide with these
-        options. With ``unique_key``, an active job holding the same key is
-        returned instead of inserting a second one.
+        options. With ``unique_key`` (or a ``@job(unique=True)`` handler), a
+        pending or running job holding the same key is returned instead of
+        inserting a second one.
         """
         row = self._build(
             task,
@@ -101,12 +108,18 @@ class JobManager(models.Manager["Job"]):
             backend=backend,
         )
         if row.unique_key is None:
-            row.save(force_insert=True, using=self.db)
-            job = row
+            dialects.retry_on_lock_conflict(
+                self.db, lambda: row.save(force_insert=True, using=self.db)
+            )
+            job, created = row, True
         else:
-            job = self._insert_unique(row)
-        signals.job_enqueued.send(sender=self.model, job=job)
-        return job
+            job, created = dialects.retry_on_lock_conflict(
+                self.db, lambda: self._insert_unique(row)
+            )
+        if not created:
+            return job
+        self._announce_enqueued([job])
+        return self._run_eagerly([job])[0]
 
     def enqueue_many(
         self,
@@ -126,7 +139,9 @@ class JobManager(models.Manager["Job"]):
 
         Each item of ``arguments`` is a sequence of positional arguments, a
         mapping of keyword arguments, or an ``(args, kwargs)`` pair. Every item is
-        validated before anything is written, so a bad item inserts nothing.
+        validated before anything is written, so a bad item inserts nothing. The
+        result lines up with ``arguments``; for a ``unique`` task an item whose key
+        is already held (by an older job or an earlier item) gets the holder.
         """
         rows = []
         for item in arguments:
@@ -145,11 +160,68 @@ class JobManager(models.Manager["Job"]):
                     backend="",
                 )
             )
-        with transaction.atomic(using=self.db):
-            created = self.bulk_create(rows, batch_size=batch_size)
-        for job in created:
-            signals.job_enqueued.send(sender=self.model, job=job)
-        return created
+        if not rows:
+            return []
+        if any(row.unique_key is not None for row in rows):
+            return self._enqueue_many_unique(rows)
+
+        def insert() -> list[Job]:
+            with transaction.atomic(using=self.db):
+                return self.bulk_create(rows, batch_size=batch_size)
+
+        created = dialects.retry_on_lock_conflict(self.db, insert)
+        self._announce_enqueued(created)
+        return self._run_eagerly(created)
+
+    def _enqueue_many_unique(self, rows: list[Job]) -> list[Job]:
+        """Unique rows one by one (each under its own savepoint) in one transaction.
+
+        A bulk INSERT cannot say which rows lost to an existing key on every
+        database, so each row gets the same race-free insert-or-fetch as
+        :meth:`enqueue`; one commit still covers the batch.
+        """
+
+        def insert() -> list[tuple[Job, bool]]:
+            with transaction.atomic(using=self.db):
+                return [
+                    self._insert_unique(row) if row.unique_key else (_save(row, self.db), True)
+                    for row in rows
+                ]
+
+        results = dialects.retry_on_lock_conflict(self.db, insert)
+        created = [job for job, is_new in results if is_new]
+        self._announce_enqueued(created)
+        ran = {job.pk: job for job in self._run_eagerly(created)}
+        return [ran.get(job.pk, job) for job, _ in results]
+
+    def _announce_enqueued(self, jobs: Sequence[Job]) -> None:
+        """Send ``job_enqueued`` once the insert is committed (at once outside a transaction).
+
+        An enqueue rolled back with the caller's transaction never happened, so
+        observers are not told about it.
+        """
+        if not jobs:
+            return
+        model = self.model
+
+        def send() -> None:
+            for job in jobs:
+                signals.job_enqueued.send(sender=model, job=job)
+
+        transaction.on_commit(send, using=self.db)
+
+    def _run_eagerly(self, jobs: list[Job]) -> list[Job]:
+        """With ``ARCATURE = {"EAGER": True}``, run each new job now, in this process.
+
+        The row is inserted and validated first, and each run goes through the
+        same claim, dispatch and fenced write as a worker's, so a test sees the
+        job's real end state (result, error, attempts) on the returned object.
+        """
+        if not jobs or not get_settings().eager:
+            return jobs
+        from .inline import run_job
+
+        return [run_job(job) for job in jobs]
 
     def _build(
         self,
@@ -165,9 +237,14 @@ class JobManager(models.Manager["Job"]):
         unique_key: str | None,
         backend: str,
     ) -> Job:
-        from .registry import prepare_enqueue
+        """Validate everything about one job and build its row (unsaved)."""
+        from .registry import QUEUE_MAX_LENGTH, UNIQUE_KEY_MAX_LENGTH, prepare_enqueue
 
         conf = get_settings()
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise TypeError(f"args must be a list or tuple of arguments, not {args!r}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a dict of keyword arguments, not {kwargs!r}")
         args = list(args)
         kwargs = dict(kwargs or {})
         plan = prepare_enqueue(task, args, kwargs, checked=not backend)
@@ -175,25 +252,54 @@ class JobManager(models.Manager["Job"]):
             raise ValueError("Pass either delay or run_at, not both.")
         now = timezone.now()
         if run_at is not None:
+            if not isinstance(run_at, datetime):
+                raise TypeError(f"run_at must be a datetime, not {run_at!r}")
             if timezone.is_naive(run_at):
                 raise ValueError("run_at must be timezone-aware (use django.utils.timezone).")
             available_at = run_at
         elif delay is not None:
+            if isinstance(delay, bool) or not isinstance(delay, int | float | timedelta):
+                raise TypeError(f"delay must be a number of seconds or a timedelta, not {delay!r}")
             seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-            if seconds < 0:
-                raise ValueError("delay must not be negative.")
+            if not 0 <= seconds <= _MAX_DELAY_SECONDS:  # also refuses NaN
+                raise ValueError(
+                    f"delay must be from 0 to {_MAX_DELAY_SECONDS} seconds, not {delay!r}"
+                )
             available_at = now + timedelta(seconds=seconds)
         else:
             available_at = now
-        attempts_allowed = max_attempts or plan.max_attempts or conf.max_attempts
-        if attempts_allowed < 1:
-            raise ValueError("max_attempts must be at least 1.")
-        if unique_key is None and plan.unique:
+        attempts_allowed = next(
+            value
+            for value in (max_attempts, plan.max_attempts, conf.max_attempts)
+            if value is not None
+        )
+        if (
+            isinstance(attempts_allowed, bool)
+            or not isinstance(attempts_allowed, int)
+            or attempts_allowed < 1
+        ):
+            raise ValueError(
+                f"max_attempts must be a whole number, at least 1, not {attempts_allowed!r}"
+            )
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise TypeError(f"priority must be an int, not {priority!r}")
+        queue_name = queue or plan.queue or conf.default_queue
+        if not isinstance(queue_name, str) or len(queue_name) > QUEUE_MAX_LENGTH:
+            raise ValueError(
+                f"queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {queue_name!r}"
+            )
+        if unique_key is not None:
+            if not isinstance(unique_key, str) or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_LENGTH:
+                raise ValueError(
+                    f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
+                    f"not {unique_key!r:.80}"
+                )
+        elif plan.unique:
             unique_key = plan.unique_key(args, kwargs)
         return self.model(
             id=uuid.uuid4(),
             task_name=plan.name,
-            queue=queue or plan.queue or conf.default_queue,
+            queue=queue_name,
             priority=plan.priority if priority is None else priority,
             payload={"args": args, "kwargs": kwargs},
             attempts=0,
@@ -205,23 +311,29 @@ class JobManager(models.Manager["Job"]):
             created_at=now,
         )
 
-    def _insert_unique(self, row: Job) -> Job:
-        """Insert, or return the live job that already holds ``row.unique_key``.
+    def _insert_unique(self, row: Job) -> tuple[Job, bool]:
+        """Insert ``row``, or return the live job that already holds its unique key.
 
-        The database's unique constraint decides, not a check-then-insert: two
-        racing enqueues cannot both win. If the holder finishes between our
-        failed insert and our read, the key is free again and we insert anew.
+        The database's unique constraint decides, not a check-then-insert, so two
+        racing enqueues cannot both win; the loser's insert fails under its own
+        savepoint and it reads the winner. If the holder finishes between that
+        failure and the read, the key is free again and the insert is retried.
+        Returns ``(job, created)``.
         """
-        for _ in range(10):
+        error: IntegrityError | None = None
+        for _ in range(_UNIQUE_INSERT_ATTEMPTS):
             try:
                 with transaction.atomic(using=self.db):
                     row.save(force_insert=True, using=self.db)
-                return row
-            except IntegrityError:
+            except IntegrityError as exc:
+                error = exc
                 existing = self.using(self.db).filter(unique_key=row.unique_key).first()
                 if existing is not None:
-                    return existing
-        raise IntegrityError(f"could not enqueue unique key {row.unique_key!r}")
+                    return existing, False
+                continue
+            return row, True
+        assert error is not None
+        raise error
 
     # --- claim -------------------------------------------------------------------
 
@@ -640,6 +752,113 @@ class JobManager(models.Manager["Job"]):
         )
         return deleted
 
+    # --- one specific job (django_arcature.testing, eager mode) ---------------------
+
+    def claim_job(
+        self, job_id: uuid.UUID, worker_id: str, lease: float | timedelta
+    ) -> ClaimedJob | None:
+        """Claim the pending job ``job_id`` whatever its ``available_at``; None if not pending.
+
+        The same transition as :meth:`claim` (attempts + 1, a fresh claim token,
+        a lease on the database's clock), for running one chosen job inline:
+        ``django_arcature.testing.run_job`` and ``ARCATURE["EAGER"]``. The
+        compare-and-set on ``status = 'pending'`` means a job a worker already
+        took is never claimed twice.
+        """
+        from .models import JobStatus
+
+        lease_seconds = _whole_seconds(lease)
+        token = uuid.uuid4()
+
+        def operation() -> ClaimedJob | None:
+            with transaction.atomic(using=self.db):
+                updated = (
+                    self.using(self.db)
+                    .filter(id=job_id, status=JobStatus.PENDING)
+                    .update(
+                        status=JobStatus.RUNNING,
+                        attempts=F("attempts") + 1,
+                        claim_token=token,
+                        locked_by=worker_id,
+                        locked_at=DatabaseNow(),
+                        lease_seconds=lease_seconds,
+                        lease_expires_at=DatabaseNow(lease_seconds),
+                        started_at=Coalesce("started_at", DatabaseNow()),
+                    )
+                )
+                if not updated:
+                    return None
+                # Through the ORM, so JSON columns arrive decoded on every database.
+                values = dict(
+                    zip(
+                        dialects.CLAIM_COLUMNS,
+                        self.using(self.db)
+                        .filter(id=job_id, claim_token=token)
+                        .values_list(*dialects.CLAIM_COLUMNS)
+                        .get(),
+                        strict=True,
+                    )
+                )
+            log = values["attempt_log"]
+            return ClaimedJob(
+                id=values["id"],
+                task_name=values["task_name"],
+                queue=values["queue"],
+                priority=values["priority"],
+                payload=values["payload"],
+                attempts=values["attempts"],
+                max_attempts=values["max_attempts"],
+                claim_token=token,
+                lease_seconds=values["lease_seconds"],
+                backend=values["backend"] or "",
+                attempt_log=log if isinstance(log, list) else [],
+            )
+
+        return dialects.retry_on_lock_conflict(self.db, operation)
+
+
+    # --- batched completions (the worker's hot path) ------------------------------------
+
+    def complete_batch(self, completions: Sequence[Completion]) -> list[ClaimTransition]:
+        """Like :meth:`complete_many`, in one UPDATE per transition where the database can.
+
+        Same fields (``_transition_fields``), same per-row fence on id, token and
+        ``status = 'running'``, same events after the commit; on PostgreSQL and
+        SQLite each group of same-kind completions is a single ``UPDATE … FROM
+        (VALUES …) RETURNING id`` instead of one statement per job. Elsewhere it
+        is :meth:`complete_many`.
+        """
+        if not completions:
+            return []
+        if not dialects.supports_batch_completion(connections[self.db].vendor):
+            return self.complete_many(completions)
+        groups: dict[tuple[str, ...], list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]] = {}
+        for completion in completions:
+            fields = self._transition_fields(completion)
+            groups.setdefault(tuple(fields), []).append(
+                (completion.job_id, completion.claim_token, fields)
+            )
+        size = dialects.BATCH_COMPLETION_ROWS
+
+        def operation() -> set[uuid.UUID]:
+            updated: set[uuid.UUID] = set()
+            with transaction.atomic(using=self.db):
+                for rows in groups.values():
+                    for start in range(0, len(rows), size):
+                        updated |= dialects.complete_in_one_statement(
+                            self.db, self.model, rows[start : start + size]
+                        )
+            return updated
+
+        updated = dialects.retry_on_lock_conflict(self.db, operation)
+        outcomes = [
+            ClaimTransition.UPDATED if c.job_id in updated else ClaimTransition.LOST
+            for c in completions
+        ]
+        for completion, outcome in zip(completions, outcomes, strict=True):
+            _announce(self.model, completion, outcome)
+        return outcomes
+
 
 # --- Named transitions: the fields each fenced outcome writes, in one place each -------
 
@@ -718,6 +937,11 @@ def _whole_seconds(lease: float | timedelta) -> int:
     if not 1 <= seconds <= MAX_LEASE_SECONDS:  # also refuses NaN
         raise ValueError(f"a lease must be from 1 to {MAX_LEASE_SECONDS} seconds, not {lease!r}")
     return round(seconds)
+
+
+def _save(row: Job, using: str) -> Job:
+    row.save(force_insert=True, using=using)
+    return row
 
 
 def _split_arguments(item: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -7,80 +7,150 @@ by hand, may not fit any more): there a failure is ``Malformed``, never retried.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import inspect
 import json
+import math
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import PurePath
 from typing import Any
+from uuid import UUID
 
 from .exceptions import MalformedPayload
 
-_SUGGESTIONS: dict[type, str] = {
-    set: "pass a list instead",
-    frozenset: "pass a list instead",
-    tuple: "pass a list instead",
-    bytes: "pass a str (for example base64-encoded) instead",
-}
+#: Integers outside this range do not survive MySQL's JSON type unchanged (they
+#: become doubles), so they are refused everywhere to keep the databases alike.
+_INT_RANGE = (-(2**63), 2**64 - 1)
+#: Nesting deeper than this is almost certainly a cycle or a mistake.
+_MAX_DEPTH = 64
 
 
-def _hint_for(value: object) -> str:
-    from datetime import date, datetime, time, timedelta
-    from decimal import Decimal
-    from uuid import UUID
-
+def _hint_for(value: object, where: str) -> str:
+    """What to pass instead of ``value``, in the caller's own terms where possible."""
+    name = where if where.isidentifier() else "value"
     if hasattr(value, "_meta") and hasattr(value, "pk"):
-        return f"pass its primary key (e.g. {type(value).__name__.lower()}.pk) instead"
-    if isinstance(value, datetime | date | time):
-        return "pass value.isoformat() and parse it in the job instead"
+        model = type(value).__name__
+        return (
+            f"pass its primary key ({name}.pk) instead and load the {model} "
+            "in the job, so the job sees the row as it is when it runs"
+        )
+    if hasattr(value, "model") and hasattr(value, "values_list"):
+        return f"pass a list of primary keys instead: list({name}.values_list('pk', flat=True))"
+    if isinstance(value, datetime):
+        return f"pass {name}.isoformat() instead and parse it with datetime.fromisoformat()"
+    if isinstance(value, date | time):
+        return f"pass {name}.isoformat() instead and parse it with fromisoformat()"
     if isinstance(value, timedelta):
-        return "pass value.total_seconds() instead"
+        return f"pass {name}.total_seconds() instead"
     if isinstance(value, Decimal):
-        return "pass str(value) instead"
-    if isinstance(value, UUID):
-        return "pass str(value) instead"
-    for kind, hint in _SUGGESTIONS.items():
-        if isinstance(value, kind):
-            return hint
-    return "pass only JSON types: str, int, float, bool, None, list, dict with str keys"
-
-
-def _find_non_json(value: object, path: str) -> tuple[str, object] | None:
-    """The first value under ``value`` that does not survive JSON unchanged."""
-    if value is None or isinstance(value, bool | str):
-        return None
-    if isinstance(value, int):
-        return None
+        return f"pass str({name}) instead and rebuild it with Decimal(...) (a float loses digits)"
+    if isinstance(value, UUID | PurePath):
+        return f"pass str({name}) instead"
+    if isinstance(value, enum.Enum):
+        return f"pass {name}.value instead"
+    if isinstance(value, set | frozenset):
+        return f"pass a list instead, e.g. sorted({name})"
+    if isinstance(value, tuple):
+        return f"pass a list instead: list({name}) (JSON would return it as a list)"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "pass a str instead (decode text, or base64-encode binary data)"
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return path, value
+        return "pass a finite number (JSON has no NaN or Infinity), or None"
+    if isinstance(value, int):
+        return f"pass str({name}) instead: integers beyond 64 bits do not survive every database"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return f"pass dataclasses.asdict({name}) instead and rebuild it in the job"
+    if callable(value):
+        return "pass data, not code: enqueue a job for that function instead"
+    if isinstance(value, Iterator):
+        return f"pass a list instead: list({name})"
+    return "pass only JSON types: str, int, float, bool, None, and lists or dicts of them"
+
+
+class _TooDeep:
+    """Marks a structure nested past ``_MAX_DEPTH``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _NonStrKey:
+    """Marks a dict key that is not a str (JSON would turn it into one)."""
+
+    key: object
+
+
+def _find_non_json(value: object, path: str, depth: int = 0) -> tuple[str, object] | None:
+    """The first value under ``value`` that would not come back from JSON unchanged."""
+    if depth > _MAX_DEPTH:
+        return path, _TooDeep()
+    if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, list):
+    if type(value) is str:
+        return None
+    if type(value) is int:
+        return None if _INT_RANGE[0] <= value <= _INT_RANGE[1] else (path, value)
+    if type(value) is float:
+        return None if math.isfinite(value) else (path, value)
+    if type(value) is list:
         for index, item in enumerate(value):
-            found = _find_non_json(item, f"{path}[{index}]")
+            found = _find_non_json(item, f"{path}[{index}]", depth + 1)
             if found:
                 return found
         return None
-    if isinstance(value, dict):
+    if type(value) is dict:
         for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{path} key {key!r}", key
-            found = _find_non_json(item, f"{path}[{key!r}]")
+            if type(key) is not str:
+                return path, _NonStrKey(key)
+            found = _find_non_json(item, f"{path}[{key!r}]", depth + 1)
             if found:
                 return found
         return None
+    # Subclasses (enums, lazy strings, OrderedDict…) load back as their base type.
     return path, value
 
 
-def ensure_json(value: object, what: str) -> None:
-    """Refuse anything that would not come back from JSON as it went in."""
+def ensure_json(value: object, what: str, *, label: str = "") -> None:
+    """Refuse anything that would not come back from JSON exactly as it went in.
+
+    ``what`` is how the value is spelled in the caller's code (a parameter name,
+    ``args``); ``label`` goes before it in the message (``"argument "``).
+    """
     found = _find_non_json(value, what)
     if found is None:
         return
-    where, bad = found
+    path, bad = found
+    where = label + (repr(path) if label and path.isidentifier() else path)
+    if isinstance(bad, _TooDeep):
+        raise MalformedPayload(
+            f"{what} is nested more than {_MAX_DEPTH} levels deep (a list or dict that "
+            "contains itself?): pass a flatter structure"
+        )
+    if isinstance(bad, _NonStrKey):
+        raise MalformedPayload(
+            f"{where} has the key {_short_repr(bad.key)} ({type(bad.key).__name__}), but JSON "
+            f"object keys are strings and it would come back as {str(bad.key)!r}: use str "
+            "keys, e.g. {str(k): v for k, v in ...}, and convert them back in the job."
+        )
+    kind = type(bad).__name__
+    if hasattr(bad, "_meta") and hasattr(bad, "pk"):
+        kind = f"{kind} instance"
+    article = "an" if kind[0] in "aeioAEIO" else "a"
     raise MalformedPayload(
-        f"{where} is a {type(bad).__name__} ({bad!r:.80}), which is not JSON: {_hint_for(bad)}."
+        f"{where} is {article} {kind} ({_short_repr(bad)}), which JSON cannot carry "
+        f"unchanged: {_hint_for(bad, path)}."
     )
+
+
+def _short_repr(value: object) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not hide the real message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def to_json_text(value: object) -> str:
@@ -89,42 +159,82 @@ def to_json_text(value: object) -> str:
 
 # --- Annotations ------------------------------------------------------------------
 
-_SIMPLE = {int, str, float, bool, list, dict, type(None)}
+
+def resolve_hints(func: Callable[..., Any]) -> dict[str, Any]:
+    """Each parameter's annotation, evaluated where possible.
+
+    Resolved one by one, so a module using ``from __future__ import annotations``
+    with an import under ``TYPE_CHECKING`` loses only that parameter's check,
+    not all of them.
+    """
+    try:
+        raw = inspect.get_annotations(func)
+    except Exception:
+        return {}
+    namespace = dict(getattr(func, "__globals__", {}))
+    hints: dict[str, Any] = {}
+    for name, annotation in raw.items():
+        if name == "return":
+            continue
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, namespace)  # the handler module's own annotation text
+            except Exception:
+                continue
+        hints[name] = annotation
+    return hints
 
 
 def _matches(value: object, annotation: Any) -> bool | None:
-    """True/False for annotations we understand; None for those we do not check."""
+    """True/False for annotations understood here; None for those left unchecked."""
     if annotation is inspect.Parameter.empty or annotation is Any or annotation is object:
         return None
     if annotation is None or annotation is type(None):
         return value is None
     origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _matches(value, args[0])
     if origin in (typing.Union, types.UnionType):
-        results = [_matches(value, arg) for arg in typing.get_args(annotation)]
+        results = [_matches(value, arg) for arg in args]
         if any(r is True for r in results):
             return True
         if any(r is None for r in results):
             return None
         return False
-    if origin is not None:
-        annotation = origin
-    if annotation is bool:
+    if origin is typing.Literal:
+        return any(value == arg and type(value) is type(arg) for arg in args)
+    base = origin if origin is not None else annotation
+    if base is bool:
         return isinstance(value, bool)
-    if annotation is int:
+    if base is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:  # JSON does not keep 1.0 apart from 1
+    if base is float:  # JSON does not keep 1.0 apart from 1 on every database
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation in (list, Sequence) or annotation is typing.List:  # noqa: UP006
-        return isinstance(value, list)
-    if annotation in (dict, Mapping) or annotation is typing.Dict:  # noqa: UP006
-        return isinstance(value, dict)
-    if annotation is str:
+    if base is str:
         return isinstance(value, str)
+    if base in (list, Sequence):
+        if not isinstance(value, list):
+            return False
+        return _all_match(value, args[0]) if args else True
+    if base in (dict, Mapping):
+        if not isinstance(value, dict):
+            return False
+        return _all_match(list(value.values()), args[1]) if len(args) == 2 else True
     return None
 
 
+def _all_match(items: list[Any], annotation: Any) -> bool | None:
+    results = [_matches(item, annotation) for item in items]
+    if any(r is False for r in results):
+        return False
+    if any(r is None for r in results):
+        return None
+    return True
+
+
 def _describe(annotation: Any) -> str:
-    if isinstance(annotation, type):
+    if isinstance(annotation, type) and not typing.get_args(annotation):
         return annotation.__name__
     return str(annotation).replace("typing.", "")
 
@@ -138,10 +248,15 @@ def check_arguments(
     *,
     skip_first: bool = False,
 ) -> None:
-    """Raise :class:`MalformedPayload` unless ``args``/``kwargs`` fit ``func``."""
+    """Raise :class:`MalformedPayload` unless ``args``/``kwargs`` fit ``func``.
+
+    In order: the arguments bind to the signature (a TypeError the worker would
+    hit anyway), each one survives JSON unchanged (named by its parameter, so
+    the message says which one to change), and each matches a simple
+    annotation. ``skip_first`` leaves out a leading parameter the caller fills
+    itself (a django.tasks context).
+    """
     name = getattr(func, "__qualname__", repr(func))
-    ensure_json(list(args), "args")
-    ensure_json(dict(kwargs), "kwargs")
     bind_to = signature
     if skip_first:
         params = list(signature.parameters.values())[1:]
@@ -149,21 +264,29 @@ def check_arguments(
     try:
         bound = bind_to.bind(*args, **kwargs)
     except TypeError as exc:
-        raise MalformedPayload(f"arguments do not fit {name}{bind_to}: {exc}") from None
+        shown = bind_to.replace(
+            parameters=[
+                p.replace(annotation=hints.get(p.name, p.annotation))
+                for p in bind_to.parameters.values()
+            ],
+            return_annotation=inspect.Signature.empty,
+        )
+        raise MalformedPayload(f"the arguments do not fit {name}{shown}: {exc}") from None
     for param_name, value in bound.arguments.items():
         param = bind_to.parameters[param_name]
         annotation = hints.get(param_name, inspect.Parameter.empty)
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
-            values = list(value)
+            items = [(f"{param_name}[{i}]", v) for i, v in enumerate(value)]
         elif param.kind is inspect.Parameter.VAR_KEYWORD:
-            values = list(value.values())
+            items = [(str(k), v) for k, v in value.items()]
         else:
-            values = [value]
-        for item in values:
+            items = [(param_name, value)]
+        for where, item in items:
+            ensure_json(item, where, label="argument ")
             if _matches(item, annotation) is False:
                 raise MalformedPayload(
-                    f"argument {param_name!r} of {name} must be {_describe(annotation)}, "
-                    f"got {type(item).__name__} {item!r:.80}"
+                    f"argument {where!r} of {name} must be {_describe(annotation)}, "
+                    f"got {type(item).__name__} {_short_repr(item)}"
                 )
 
 

@@ -18,12 +18,13 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
 from .exceptions import MalformedPayload, UnknownTask
-from .payloads import check_arguments, to_json_text
+from .payloads import check_arguments, ensure_json, resolve_hints, to_json_text
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -31,11 +32,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 _registry: dict[str, JobSpec] = {}
 _lock = threading.Lock()
+_discover_lock = threading.RLock()
 _discovered = False
 
 
@@ -51,8 +50,12 @@ class JobSpec:
     retry: RetryPolicy | None = None
     timeout: float | None = None
     unique: bool = False
-    signature: inspect.Signature = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
-    hints: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    signature: inspect.Signature = field(init=False, repr=False, compare=False)
+    hints: Mapping[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "signature", inspect.signature(self.func))
+        object.__setattr__(self, "hints", resolve_hints(self.func))
 
     @property
     def is_async(self) -> bool:
@@ -62,11 +65,26 @@ class JobSpec:
         """Raise MalformedPayload unless the arguments fit the handler."""
         check_arguments(self.func, self.signature, self.hints, args, kwargs)
 
+    def canonical_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> object:
+        """The call as parameter → value, defaults filled in, however it was spelled.
+
+        ``f(1)``, ``f(a=1)`` and ``f(1, b=<default>)`` give the same value, so
+        unique keys and ``assert_enqueued`` treat them as the same job.
+        """
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:  # refused by validate(); keep the raw form
+            return {"args": list(args), "kwargs": dict(kwargs)}
+        bound.apply_defaults()
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in bound.arguments.items()
+        }
+
     def unique_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         """A key derived from the name and the arguments, for ``unique=True``."""
-        digest = hashlib.sha256(
-            to_json_text({"args": list(args), "kwargs": dict(kwargs)}).encode()
-        ).hexdigest()
+        canonical = self.canonical_arguments(args, kwargs)
+        digest = hashlib.sha256(to_json_text(canonical).encode()).hexdigest()
         return f"{self.name[:180]}:{digest}"
 
 
@@ -99,7 +117,7 @@ class EnqueueOptions:
     unique_key: str | None = None
 
 
-class JobHandle(Generic[P, R]):
+class JobHandle[**P, R]:
     """What ``@job`` returns: still the function, plus ``enqueue`` and friends."""
 
     def __init__(self, spec: JobSpec, options: EnqueueOptions | None = None) -> None:
@@ -128,7 +146,7 @@ class JobHandle(Generic[P, R]):
         unique_key: str | None = None,
     ) -> JobHandle[P, R]:
         """A copy with per-call options; the function's own keywords stay free."""
-        changes = {
+        changes: dict[str, Any] = {
             key: value
             for key, value in {
                 "queue": queue,
@@ -140,6 +158,10 @@ class JobHandle(Generic[P, R]):
             }.items()
             if value is not None
         }
+        if delay is not None:  # a later delay replaces an earlier run_at, and vice versa
+            changes["run_at"] = None
+        if run_at is not None:
+            changes["delay"] = None
         return JobHandle(self.spec, replace(self.options, **changes))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -160,10 +182,19 @@ class JobHandle(Generic[P, R]):
         )
 
     def enqueue_many(self, arguments: Iterable[Any]) -> list[Job]:
-        """Insert one job per item (positional args, a kwargs dict or an (args, kwargs) pair)."""
+        """Insert one job per item (positional args, a kwargs dict or an (args, kwargs) pair).
+
+        Every item is validated before anything is written. For a ``unique``
+        job, an item whose key is already held returns the holder instead.
+        """
         from .models import Job
 
         options = self.options
+        if options.unique_key is not None:
+            raise ValueError(
+                "using(unique_key=...) names one job; enqueue_many inserts many. Give the "
+                "job @job(unique=True) to derive a key per item, or enqueue them one by one."
+            )
         return Job.objects.enqueue_many(
             self,
             arguments,
@@ -175,8 +206,12 @@ class JobHandle(Generic[P, R]):
         )
 
 
-def job(
-    func: Callable[P, R] | None = None,
+@typing.overload
+def job[**P, R](func: Callable[P, R], /) -> JobHandle[P, R]: ...
+
+
+@typing.overload
+def job[**P, R](
     *,
     name: str | None = None,
     queue: str | None = None,
@@ -185,21 +220,37 @@ def job(
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
     unique: bool = False,
-) -> Any:
+) -> Callable[[Callable[P, R]], JobHandle[P, R]]: ...
+
+
+def job[**P, R](
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+    unique: bool = False,
+) -> JobHandle[P, R] | Callable[[Callable[P, R]], JobHandle[P, R]]:
     """Register a function as a job handler: ``@job`` or ``@job(queue="email", ...)``.
 
     The stored name defaults to ``module.qualname``; give ``name=`` to keep jobs
-    already in the table runnable after the function moves.
+    already in the table runnable after the function moves. Mistakes in the
+    options fail here, at import, rather than in a worker.
     """
+    _check_options(name, queue, priority, max_attempts, retry, timeout)
 
     def register_func(target: Callable[P, R]) -> JobHandle[P, R]:
-        if max_attempts is not None and max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds")
-        spec = make_spec(
-            target,
-            name=name,
+        if isinstance(target, JobHandle):
+            raise TypeError(f"{target!r} is already a job; apply @job once")
+        if not callable(target):
+            raise TypeError(f"@job decorates a function, not {target!r}")
+        spec = JobSpec(
+            name=name or f"{target.__module__}.{target.__qualname__}",
+            func=target,
             queue=queue,
             priority=priority,
             max_attempts=max_attempts,
@@ -207,6 +258,11 @@ def job(
             timeout=timeout,
             unique=unique,
         )
+        if len(spec.name) > NAME_MAX_LENGTH:
+            raise ImproperlyConfigured(
+                f"the job name {spec.name[:60]!r}… is {len(spec.name)} characters long; "
+                f"the job table stores at most {NAME_MAX_LENGTH}: give @job a shorter name="
+            )
         register(spec)
         return JobHandle(spec)
 
@@ -215,43 +271,73 @@ def job(
     return register_func
 
 
-def make_spec(func: Callable[..., Any], *, name: str | None = None, **options: Any) -> JobSpec:
-    try:
-        hints = typing.get_type_hints(func)
-    except Exception:  # unresolved forward references: check the signature only
-        hints = {}
-    hints.pop("return", None)
-    return JobSpec(
-        name=name or f"{func.__module__}.{func.__qualname__}",
-        func=func,
-        signature=inspect.signature(func),
-        hints=hints,
-        **options,
-    )
+#: Column sizes of the job table (models.Job.task_name, .queue, .unique_key).
+NAME_MAX_LENGTH = 255
+QUEUE_MAX_LENGTH = 100
+UNIQUE_KEY_MAX_LENGTH = 255
+
+
+def _check_options(
+    name: str | None,
+    queue: str | None,
+    priority: int,
+    max_attempts: int | None,
+    retry: RetryPolicy | None,
+    timeout: float | None,
+) -> None:
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ImproperlyConfigured(f"@job(name=...) must be a non-empty string, not {name!r}")
+    if queue is not None and (not isinstance(queue, str) or not 0 < len(queue) <= 100):
+        raise ImproperlyConfigured(
+            f"@job(queue=...) must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {queue!r}"
+        )
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ImproperlyConfigured(f"@job(priority=...) must be an int, not {priority!r}")
+    if max_attempts is not None and (
+        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+    ):
+        raise ImproperlyConfigured(
+            f"@job(max_attempts=...) must be a whole number, at least 1, not {max_attempts!r}"
+        )
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ImproperlyConfigured(
+            f"@job(retry=...) must be a django_arcature.RetryPolicy, not {retry!r}"
+        )
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise ImproperlyConfigured(
+            f"@job(timeout=...) must be a positive number of seconds or None, not {timeout!r}"
+        )
 
 
 def register(spec: JobSpec) -> None:
-    """Add ``spec``; a second, different function under the same name is refused."""
+    """Add ``spec``; a second, different function under the same name is refused.
+
+    Refused loudly (ImproperlyConfigured at import): if both stayed, which one
+    a stored job runs would depend on import order. Autodiscovery runs at the
+    worker's start and in ``manage.py check``, so the clash stops both with
+    this message instead of surfacing in a job.
+    """
     with _lock:
         existing = _registry.get(spec.name)
-        if existing is not None and _same_function(existing.func, spec.func) is False:
-            raise ValueError(
-                f"two job handlers are registered under {spec.name!r}: "
-                f"{existing.func.__module__}.{existing.func.__qualname__} and "
-                f"{spec.func.__module__}.{spec.func.__qualname__}; give one a different name="
+        if existing is not None and not _same_function(existing.func, spec.func):
+            raise ImproperlyConfigured(
+                f"two job handlers are registered under the name {spec.name!r}: "
+                f"{_where(existing.func)} and {_where(spec.func)}. Give one of them a "
+                "different @job(name=...)."
             )
         _registry[spec.name] = spec
 
 
+def _where(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)}"
+
+
 def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
-    # A module imported twice (e.g. under two names in tests) re-registers the same code.
-    return bool(
-        a is b
-        or (
-            getattr(a, "__module__", None) == getattr(b, "__module__", None)
-            and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
-        )
-    )
+    # A module imported twice (a reload, or one file under two names) re-registers
+    # the same code: the newer definition replaces the older.
+    return a is b or _where(a) == _where(b)
 
 
 def unregister(name: str) -> None:
@@ -264,12 +350,21 @@ def registered_names() -> list[str]:
 
 
 def autodiscover() -> None:
-    """Import every installed app's ``jobs`` module once, filling the registry."""
+    """Import every installed app's ``jobs`` module once, filling the registry.
+
+    Called when a worker starts, by the system checks, and on the first lookup
+    of a name that is not registered yet. An error raised by a ``jobs`` module
+    propagates (as with the admin's autodiscovery): a worker must not start
+    without handlers it was deployed with.
+    """
     global _discovered
     if _discovered:
         return
-    autodiscover_modules("jobs")
-    _discovered = True
+    with _discover_lock:
+        if _discovered:
+            return
+        autodiscover_modules("jobs")
+        _discovered = True
 
 
 def get(name: str) -> JobSpec:
@@ -287,12 +382,16 @@ def unknown_task_message(name: str) -> str:
     names = registered_names()
     nearest = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
     if not nearest:
-        nearest = [n for n in names if n.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]][:3]
-    hint = f" Did you mean {', '.join(repr(n) for n in nearest)}?" if nearest else ""
-    where = (
-        f" {len(names)} job(s) are registered." if names else " No jobs are registered at all:"
-        " define them with @job in a jobs.py module of an installed app."
-    )
+        tail = name.rsplit(".", 1)[-1]
+        nearest = [n for n in names if n.rsplit(".", 1)[-1] == tail][:3]
+    hint = f" Did you mean {' or '.join(repr(n) for n in nearest)}?" if nearest else ""
+    if names:
+        where = f" ({len(names)} job(s) are registered.)"
+    else:
+        where = (
+            " No jobs are registered at all: define them with @job in a jobs.py module "
+            "of an installed app."
+        )
     return f"No job handler is registered under {name!r}.{hint}{where}"
 
 
@@ -305,17 +404,20 @@ def prepare_enqueue(
     this registry: it validates them itself; only JSON is checked here.
     """
     if not checked:
-        from .payloads import ensure_json
-
-        ensure_json(list(args), "args")
-        ensure_json(dict(kwargs), "kwargs")
+        try:
+            ensure_json(list(args), "args")
+            ensure_json(dict(kwargs), "kwargs")
+        except MalformedPayload as exc:
+            raise MalformedPayload(f"cannot enqueue {task}: {exc}") from None
         return EnqueuePlan(name=str(task))
     if isinstance(task, JobHandle):
         spec = task.spec
     elif isinstance(task, str):
         spec = get(task)
     else:
-        raise TypeError(f"enqueue takes a @job handle or a registered name, not {task!r}")
+        raise TypeError(
+            f"enqueue takes a @job handle or the name of a registered job, not {task!r}"
+        )
     try:
         spec.validate(args, kwargs)
     except MalformedPayload as exc:

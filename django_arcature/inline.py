@@ -1,0 +1,66 @@
+"""Run one chosen job now, in this process, through the worker's own path.
+
+Shared by ``django_arcature.testing.run_job`` and ``ARCATURE["EAGER"]``: the
+job is claimed (fenced, with a fresh token), run by ``dispatch.process`` (the
+payload check, the handler, the decision, the attempt log) and completed with
+the same fenced write a worker makes. Nothing is skipped, so what a test sees
+is what production would do.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.db import DEFAULT_DB_ALIAS
+
+from .conf import get_settings
+
+if TYPE_CHECKING:
+    from .models import Job
+
+__all__ = ["JobNotPending", "run_job"]
+
+
+class JobNotPending(ValueError):
+    """``run_job`` was given a job that is not pending (already run, running or cancelled)."""
+
+
+def inline_worker_id() -> str:
+    return f"inline-{os.getpid()}"
+
+
+def run_job(
+    job: Job | uuid.UUID | str,
+    *,
+    timeout: float | None = None,
+    now: datetime | None = None,
+    worker_id: str | None = None,
+) -> Job:
+    """Run the pending ``job`` once, now, whatever its ``available_at``; return it reloaded.
+
+    One call is one attempt: a job that fails with attempts left comes back
+    ``pending`` (its ``last_error`` set, ``available_at`` after the backoff).
+    ``timeout`` is off by default: a timed attempt runs on another thread with
+    its own database connection, which cannot see the rows a test made inside
+    its (uncommitted) transaction. Pass ``timeout=`` to exercise a timeout.
+    """
+    from . import dispatch
+    from .models import Job
+
+    if isinstance(job, Job):
+        job_id, using = job.pk, job._state.db or DEFAULT_DB_ALIAS
+    else:
+        job_id, using = uuid.UUID(str(job)), DEFAULT_DB_ALIAS
+    manager = Job.objects.db_manager(using)
+    worker = worker_id or inline_worker_id()
+    claimed = manager.claim_job(job_id, worker, get_settings().lease_seconds)
+    if claimed is None:
+        status = manager.filter(pk=job_id).values_list("status", flat=True).first()
+        state = f"is {status}" if status else "does not exist"
+        raise JobNotPending(f"job {job_id} {state}; only a pending job can be run")
+    completion = dispatch.process(claimed, worker_id=worker, now=now, timeout=timeout)
+    manager.complete_many([completion])
+    return manager.get(pk=job_id)
