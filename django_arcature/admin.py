@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
@@ -85,6 +85,19 @@ DETAIL_FIELDSETS: _FieldsetSpec = (
 def _pretty_json(value: Any) -> SafeString:
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     return format_html('<pre class="arcature-pre">{}</pre>', text)
+
+
+def _when(value: Any) -> SafeString | str:
+    """A compact local date and time for list columns, the exact instant on hover."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        local.isoformat(sep=" ", timespec="seconds"),
+        formats.date_format(local, "SHORT_DATETIME_FORMAT"),
+    )
 
 
 def _pre(text: str) -> SafeString | str:
@@ -208,6 +221,18 @@ class BaseJobAdmin(_ModelAdmin):
     @admin.display(description=gettext_lazy("attempts"))
     def attempts_display(self, obj: Job) -> str:
         return f"{obj.attempts} / {obj.max_attempts}"
+
+    @admin.display(description=gettext_lazy("created"), ordering="created_at")
+    def created(self, obj: Job) -> SafeString | str:
+        return _when(obj.created_at)
+
+    @admin.display(description=gettext_lazy("available"), ordering="available_at")
+    def available(self, obj: Job) -> SafeString | str:
+        return _when(obj.available_at)
+
+    @admin.display(description=gettext_lazy("finished"), ordering="finished_at")
+    def finished(self, obj: Job) -> SafeString | str:
+        return _when(obj.finished_at)
 
     @admin.display(description=gettext_lazy("reason"))
     def reason(self, obj: Job) -> SafeString | str:
@@ -354,16 +379,16 @@ class JobAdmin(BaseJobAdmin):
         "status_badge",
         "attempts_display",
         "priority",
-        "available_at",
-        "finished_at",
+        "available",
+        "finished",
         "error_kind",
-        "created_at",
+        "created",
     )
     list_display_links = ("short_id", "task_name")
     list_filter = ("status", QueueFilter, TaskFilter, "error_kind")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
-    sortable_by = ("created_at",)
+    sortable_by = ("created",)
     actions = ("cancel_jobs", "requeue_jobs", "run_jobs_now")
 
     def get_urls(self) -> list[URLPattern]:
@@ -402,13 +427,13 @@ class DeadJobAdmin(BaseJobAdmin):
         "error_kind",
         "reason",
         "attempts_display",
-        "finished_at",
+        "finished",
     )
     list_display_links = ("short_id", "task_name")
     list_filter = ("error_kind", QueueFilter, TaskFilter)
     date_hierarchy = "finished_at"
     ordering = ("-finished_at",)
-    sortable_by = ("finished_at",)
+    sortable_by = ("finished",)
     actions = ("requeue_jobs",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:

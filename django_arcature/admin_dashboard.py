@@ -219,6 +219,7 @@ class Bar:
 class Tick:
     position: str
     label: str
+    anchor: str = "middle"
 
 
 @dataclass(frozen=True)
@@ -287,6 +288,8 @@ def build_chart(minutes: list[Minute], width: int = 720, height: int = 220) -> C
         Tick(
             f"{right - minutes_ago * slot:.2f}",
             _("now") if minutes_ago == 0 else _("-%(minutes)d min") % {"minutes": minutes_ago},
+            # The outermost labels stay inside the picture.
+            {60: "start", 0: "end"}.get(minutes_ago, "middle"),
         )
         for minutes_ago in (60, 45, 30, 15, 0)
         if minutes_ago <= len(minutes)
