@@ -287,3 +287,93 @@ def estimate_rows(using: str, sql: str, params: Sequence[Any]) -> int | None:
     examined = float(first["rows"] or 0)
     filtered = first.get("filtered")
     return int(examined * float(filtered) / 100) if filtered is not None else int(examined)
+
+
+# --- Batched fenced completions (the worker's hot path) -----------------------------------
+
+
+#: Rows per statement, well under every driver's parameter limit.
+BATCH_COMPLETION_ROWS = 500
+
+
+def supports_batch_completion(vendor: str) -> bool:
+    """PostgreSQL and SQLite (3.35+) can UPDATE … FROM a VALUES list … RETURNING."""
+    if vendor == "postgresql":
+        return True
+    if vendor == "sqlite":
+        import sqlite3
+
+        return sqlite3.sqlite_version_info >= (3, 35, 0)
+    return False
+
+
+def complete_in_one_statement(
+    using: str,
+    model: Any,
+    rows: Sequence[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]],
+) -> set[uuid.UUID]:
+    """Apply one transition to many jobs in a single UPDATE; return the ids it changed.
+
+    Every row of ``rows`` is ``(job_id, claim_token, fields)`` and all carry the
+    same field names (one named transition). The fence is kept row by row: a row
+    joins the VALUES list only on its own id *and* token, and only while
+    ``status = 'running'``, so a lost claim in the batch changes nothing and is
+    simply absent from the returned ids. ``DatabaseNow`` values become the
+    database's clock in SQL, as they do through the ORM.
+    """
+    if not rows:
+        return set()
+    connection = connections[using]
+    vendor = connection.vendor
+    qn = connection.ops.quote_name
+    meta = model._meta
+    names = list(rows[0][2])
+    pk_field = meta.get_field("id")
+    token_field = meta.get_field("claim_token")
+
+    def cast(field: Any) -> str:
+        return f"::{field.db_type(connection)}" if vendor == "postgresql" else ""
+
+    assignments: list[str] = []
+    shared_params: list[Any] = []
+    per_row: list[tuple[str, Any]] = []  # (column, field) whose value varies by row
+    for name in names:
+        field = meta.get_field(name)
+        first = rows[0][2][name]
+        if isinstance(first, DatabaseNow):
+            assignments.append(f"{qn(field.column)} = {now_sql(vendor, first.seconds)}")
+        elif all(_same_value(row[2][name], first) for row in rows):
+            assignments.append(f"{qn(field.column)} = %s{cast(field)}")
+            shared_params.append(field.get_db_prep_save(first, connection))
+        else:
+            per_row.append((name, field))
+    columns = ["arcature_id", "arcature_token"] + [f"v_{name}" for name, _ in per_row]
+    assignments += [f"{qn(field.column)} = v.{qn('v_' + name)}" for name, field in per_row]
+    placeholders = ", ".join(
+        [f"%s{cast(pk_field)}", f"%s{cast(token_field)}"]
+        + [f"%s{cast(field)}" for _, field in per_row]
+    )
+    values_sql = ", ".join([f"({placeholders})"] * len(rows))
+    value_params: list[Any] = []
+    for job_id, token, fields in rows:
+        value_params.append(pk_field.get_db_prep_save(job_id, connection))
+        value_params.append(token_field.get_db_prep_save(token, connection))
+        value_params.extend(field.get_db_prep_save(fields[name], connection) for name, field in per_row)
+    table = qn(meta.db_table)
+    sql = (
+        f"WITH v ({', '.join(qn(c) for c in columns)}) AS (VALUES {values_sql}) "
+        f"UPDATE {table} SET {', '.join(assignments)} FROM v "
+        f"WHERE {table}.{qn('id')} = v.{qn('arcature_id')} "
+        f"AND {table}.{qn('claim_token')} = v.{qn('arcature_token')} "
+        f"AND {table}.{qn('status')} = %s "
+        f"RETURNING {table}.{qn('id')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*value_params, *shared_params, "running"])
+        return {_as_uuid(row[0]) for row in cursor.fetchall()}
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, DatabaseNow) or isinstance(b, DatabaseNow):
+        return isinstance(a, DatabaseNow) and isinstance(b, DatabaseNow) and a.seconds == b.seconds
+    return type(a) is type(b) and a == b

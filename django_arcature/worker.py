@@ -51,6 +51,8 @@ __all__ = ["Worker", "WorkerStats", "default_worker_id"]
 FAST_JOB_SECONDS = 0.05
 #: Longest pause between tries while the database is unreachable.
 MAX_FAULT_PAUSE = 5.0
+#: Longest a finished job waits for others to share its write, while jobs are still running.
+FLUSH_DELAY = 0.02
 #: How often (seconds) a progress line is logged while jobs flow.
 PROGRESS_EVERY = 2.0
 
@@ -176,6 +178,7 @@ class Worker:
         self._last_progress = -1
         self._last_request = 0
         self._last_claim_empty = False
+        self._first_finished_at = 0.0
 
     # --- public ------------------------------------------------------------------
 
@@ -240,8 +243,9 @@ class Worker:
             timeout = min(timeout, self._idle_timeout())
         if self._stopping_since is not None:
             timeout = min(timeout, 0.1)
-        if self._finished:
-            return
+        flush_at = self._flush_deadline()
+        if flush_at is not None:
+            timeout = min(timeout, flush_at - now)
         try:
             item = self._events.get(timeout=max(timeout, 0.0))
         except queue.Empty:
@@ -267,6 +271,8 @@ class Worker:
 
     def _take(self, item: object) -> None:
         if isinstance(item, _Done):
+            if not self._finished:
+                self._first_finished_at = time.monotonic()
             self._finished.append(item)
         elif item == "notify":
             self._idle_wait = self._min_poll
@@ -316,14 +322,18 @@ class Worker:
         self._last_request = 0
         if self._stopping_since is not None:
             return 0
-        limit = self.concurrency
         fast = self._avg_job_seconds is not None and self._avg_job_seconds < FAST_JOB_SECONDS
+        limit = self.concurrency
         if fast:
-            limit += self.batch  # short jobs: keep a batch ready so threads never wait
-        queued = sum(1 for entry in self._inflight.values() if not entry.started)
-        if queued >= self.concurrency and fast:
-            return 0
-        want = min(self.batch, limit - len(self._inflight))
+            # Short jobs: keep up to two batches ready so threads never wait, and
+            # claim whole batches, since a round trip costs more than many jobs.
+            limit += 2 * self.batch
+        free = limit - len(self._inflight)
+        if fast and free < self.batch:
+            queued = sum(1 for entry in self._inflight.values() if not entry.started)
+            if queued >= self.concurrency:
+                return 0
+        want = min(self.batch, free)
         if self.max_jobs is not None:
             want = min(want, self.max_jobs - self.stats.claimed)
         if want <= 0:
@@ -360,16 +370,34 @@ class Worker:
             worker_id=self.worker_id,
         )
 
-    def _flush(self) -> None:
-        """Write every finished job back, fenced row by row, in one transaction."""
+    def _flush_deadline(self) -> float | None:
+        """When the finished jobs must be written: now, or a little later to batch more.
+
+        A write costs a round trip and a commit whatever its size, so while other
+        jobs are still running, finished ones wait up to ``FLUSH_DELAY`` for
+        company (or until half a batch has gathered).
+        """
         if not self._finished:
+            return None
+        if (
+            self._stopping_since is not None
+            or len(self._finished) >= max(1, self.batch // 2)
+            or len(self._finished) >= len(self._inflight)
+        ):
+            return 0.0
+        return self._first_finished_at + FLUSH_DELAY
+
+    def _flush(self, force: bool = False) -> None:
+        """Write finished jobs back, fenced row by row, in one transaction."""
+        deadline = self._flush_deadline()
+        if deadline is None or (not force and deadline > time.monotonic()):
             return
         from .models import Job
 
         batch = self._finished
         manager = Job.objects.db_manager(self.using)
         outcomes = self._guarded(
-            "completion", lambda: manager.complete_many([done.completion for done in batch])
+            "completion", lambda: manager.complete_batch([done.completion for done in batch])
         )
         if outcomes is None:
             return  # kept; written once the database answers again

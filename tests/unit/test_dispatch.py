@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from django_arcature import Permanent, RetryPolicy, registry
+from django_arcature import Permanent, RetryPolicy, job, registry
 from django_arcature.context import JobContext, current_job
 from django_arcature.decide import (
     HandlerError,
@@ -35,7 +35,7 @@ def register() -> Iterator[Callable[..., str]]:
 
     def add(func: Callable[..., Any], **options: Any) -> str:
         name = f"unit.dispatch.{func.__name__}.{uuid.uuid4().hex[:8]}"
-        registry.register(registry.make_spec(func, name=name, **options))
+        job(name=name, **options)(func)  # the public way to register a handler
         names.append(name)
         return name
 

@@ -1,0 +1,324 @@
+"""Measure django-arcature on each database and write the table into benchmarks/README.md.
+
+    .venv/bin/python benchmarks/run.py --db sqlite,postgres,mysql
+
+Per database: enqueue one by one (each its own transaction) and in bulk; drain
+throughput of no-op jobs with one and with two ``arcature_worker`` processes
+(timed on the database's clock, first claim to last completion); idle pickup
+latency (enqueue call to claim, one job at a time into an idle worker); and a
+worker's resident memory across a long run. Django's default settings apply
+(``CONN_MAX_AGE = 0``); the worker runs with its default options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+URLS = {
+    "sqlite": "sqlite:///var/bench.sqlite3",
+    "postgres": "postgres://arcature:arcature@127.0.0.1:5432/arcature_worker_bench",
+    "mysql": "mysql://arcature:arcature@127.0.0.1:3306/arcature_worker_bench",
+}
+LABELS = {"sqlite": "SQLite (WAL file)", "postgres": "PostgreSQL 15", "mysql": "MariaDB 10.11"}
+
+
+# --- run in a child process, one per database -----------------------------------------------
+
+
+def ensure_database(url: str) -> None:
+    """Create the benchmark database on a server if it is missing."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if parts.scheme.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(
+            host=parts.hostname,
+            port=parts.port,
+            user=parts.username,
+            password=parts.password,
+            dbname="postgres",
+            autocommit=True,
+        ) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+    elif parts.scheme.startswith("mysql"):
+        import MySQLdb
+
+        conn = MySQLdb.connect(
+            host=parts.hostname, port=parts.port, user=parts.username, password=parts.password
+        )
+        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+        conn.close()
+
+
+def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
+    os.environ["DATABASE_URL"] = URLS[db]
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    ensure_database(URLS[db])
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    bench = Bench(db, options)
+    return bench.run()
+
+
+class Bench:
+    def __init__(self, db: str, options: argparse.Namespace) -> None:
+        from django_arcature.models import Job
+
+        self.db = db
+        self.options = options
+        self.Job = Job
+        self.workers: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def clear(self) -> None:
+        from django.db import connection
+
+        table = self.Job._meta.db_table
+        # TRUNCATE leaves no dead rows behind, so each run starts from the same state.
+        verb = "DELETE FROM" if connection.vendor == "sqlite" else "TRUNCATE TABLE"
+        with connection.cursor() as cursor:
+            cursor.execute(f"{verb} {connection.ops.quote_name(table)}")
+
+    def run(self) -> dict[str, Any]:
+        results: dict[str, Any] = {"db": self.db}
+        repeat = self.options.repeat
+        results["enqueue_single"] = statistics.median(self.enqueue_single() for _ in range(repeat))
+        results["enqueue_bulk"] = statistics.median(self.enqueue_bulk() for _ in range(repeat))
+        results["drain_1"] = statistics.median(self.drain(1) for _ in range(repeat))
+        results["drain_2"] = statistics.median(self.drain(2) for _ in range(repeat))
+        results.update(self.pickup())
+        results.update(self.memory())
+        self.clear()
+        return results
+
+    # -- enqueue ------------------------------------------------------------------------
+
+    def enqueue_single(self) -> float:
+        from benchmarks.benchapp.jobs import noop
+
+        self.clear()
+        count = self.options.single
+        started = time.perf_counter()
+        for _ in range(count):
+            noop.enqueue()
+        return count / (time.perf_counter() - started)
+
+    def enqueue_bulk(self) -> float:
+        from benchmarks.benchapp.jobs import noop
+
+        self.clear()
+        count = self.options.jobs
+        started = time.perf_counter()
+        noop.enqueue_many([[]] * count)
+        return count / (time.perf_counter() - started)
+
+    # -- workers ------------------------------------------------------------------------
+
+    def start_workers(self, count: int, *extra: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for _ in range(count):
+            log = Path(tempfile.mkstemp(prefix="bench-worker-", suffix=".log")[1])
+            with open(log, "w") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "django", "arcature_worker", "-v", "1", *extra],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            self.workers.append((proc, log))
+        deadline = time.monotonic() + 30
+        for proc, log in self.workers:
+            while "started" not in log.read_text():
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"worker did not start:\n{log.read_text()}")
+                time.sleep(0.05)
+
+    def stop_workers(self) -> None:
+        for proc, _ in self.workers:
+            proc.terminate()
+        for proc, log in self.workers:
+            proc.wait(60)
+            log.unlink(missing_ok=True)
+        self.workers = []
+
+    def wait_drained(self, timeout: float = 600) -> None:
+        active = self.Job.objects.filter(status__in=("pending", "running"))
+        deadline = time.monotonic() + timeout
+        while active.exists():
+            if time.monotonic() > deadline:
+                raise SystemExit("the queue did not drain in time")
+            time.sleep(0.2)
+
+    def drain(self, processes: int) -> float:
+        from django.db.models import Max, Min
+
+        from benchmarks.benchapp.jobs import noop
+
+        self.clear()
+        self.start_workers(processes)
+        try:
+            noop.enqueue_many([[]] * self.options.jobs)
+            self.wait_drained()
+        finally:
+            self.stop_workers()
+        span = self.Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
+        assert self.Job.objects.filter(status="succeeded").count() == self.options.jobs
+        return self.options.jobs / (span["last"] - span["first"]).total_seconds()
+
+    def pickup(self) -> dict[str, float]:
+        from benchmarks.benchapp.jobs import noop
+
+        self.clear()
+        self.start_workers(1)
+        enqueued: list[tuple[Any, float, float]] = []
+        try:
+            time.sleep(1.0)  # let the worker settle into its idle wait
+            for _ in range(self.options.samples):
+                time.sleep(random.uniform(0.2, 0.4))
+                before = time.time()
+                pk = noop.enqueue().pk
+                enqueued.append((pk, before, time.time()))
+            self.wait_drained()
+        finally:
+            self.stop_workers()
+        started = dict(self.Job.objects.values_list("pk", "started_at"))
+        latencies = sorted((started[pk].timestamp() - before) * 1000 for pk, before in enqueued)
+        return {
+            "pickup_p50_ms": statistics.median(latencies),
+            "pickup_p95_ms": latencies[int(len(latencies) * 0.95) - 1],
+        }
+
+    def memory(self) -> dict[str, float]:
+        from benchmarks.benchapp.jobs import noop
+
+        total = self.options.rss_jobs if self.db == "postgres" else self.options.rss_jobs // 5
+        self.clear()
+        self.start_workers(1)
+        proc = self.workers[0][0]
+        samples: list[tuple[int, float]] = []
+        chunk = 10_000
+        try:
+            done = 0
+            while done < total:
+                noop.enqueue_many([[]] * min(chunk, total - done))
+                done += min(chunk, total - done)
+                self.wait_drained()
+                samples.append((done, rss_mb(proc.pid)))
+                self.clear()
+        finally:
+            self.stop_workers()
+        return {
+            "rss_jobs": total,
+            "rss_first_mb": samples[0][1],
+            "rss_last_mb": samples[-1][1],
+            "rss_max_mb": max(mb for _, mb in samples),
+        }
+
+
+def percentile(ordered: list[float], pct: int) -> float:
+    return ordered[max(0, round(len(ordered) * pct / 100) - 1)]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# --- the parent: run each database, write the README -------------------------------------
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def write_readme(results: list[dict[str, Any]], options: argparse.Namespace, load: str) -> None:
+    lines = [
+        "| database | enqueue 1-by-1 | bulk enqueue | drain 1 proc | drain 2 procs "
+        "| idle pickup p50 / p95 (from enqueue call) | from commit p50 / p95 "
+        "| worker RSS (first → last) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {LABELS[r['db']]} | {r['enqueue_single']:,.0f}/s | {r['enqueue_bulk']:,.0f}/s "
+            f"| {r['drain_1']:,.0f}/s | {r['drain_2']:,.0f}/s "
+            f"| {r['pickup_p50_ms']:.1f} ms / {r['pickup_p95_ms']:.1f} ms "
+            f"| {r['pickup_commit_p50_ms']:.1f} ms / {r['pickup_commit_p95_ms']:.1f} ms "
+            f"| {r['rss_first_mb']:.0f} → {r['rss_last_mb']:.0f} MB over {r['rss_jobs']:,} jobs |"
+        )
+    table = "\n".join(lines)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    readme = ROOT / "benchmarks" / "README.md"
+    text = readme.read_text() if readme.exists() else ""
+    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+    block = (
+        f"{begin}\nMeasured {stamp} on {platform.machine()} ({os.cpu_count()} cores), Python "
+        f"{platform.python_version()}; load average before the run: {load}. "
+        f"{options.jobs:,} no-op jobs per drain, median of {options.repeat}; "
+        f"{options.samples} pickup samples.\n\n{table}\n{end}"
+    )
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    readme.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="sqlite,postgres,mysql", help="comma-separated list")
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per drain and bulk run")
+    parser.add_argument("--single", type=int, default=2_000, help="jobs enqueued one by one")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--samples", type=int, default=60, help="idle pickup samples")
+    parser.add_argument(
+        "--rss-jobs", type=int, default=100_000, help="long run on PostgreSQL (1/5 elsewhere)"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.one:
+        print("RESULT " + json.dumps(child(options.one, options)), flush=True)
+        return
+    load = load_average()
+    results = []
+    for db in options.db.split(","):
+        argv = [sys.executable, __file__, "--one", db, *sys.argv[1:]]
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if out.returncode or not lines:
+            sys.stderr.write(out.stdout + out.stderr)
+            raise SystemExit(f"benchmark on {db} failed")
+        result = json.loads(lines[-1].removeprefix("RESULT "))
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    if not options.no_write:
+        write_readme(results, options, load)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

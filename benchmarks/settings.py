@@ -1,0 +1,25 @@
+"""Benchmark settings: Django's defaults (CONN_MAX_AGE=0) plus the job app; DB from DATABASE_URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.dburl import parse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = "benchmarks-only"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DATABASES = {
+    "default": parse(os.environ.get("DATABASE_URL", "sqlite:///var/bench.sqlite3"), BASE_DIR)
+}
+INSTALLED_APPS = ["django.contrib.contenttypes", "django_arcature", "benchmarks.benchapp"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ARCATURE: dict[str, object] = {}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_arcature": {"handlers": ["console"], "level": "WARNING"}},
+}
