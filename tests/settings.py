@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 from tests.dburl import database_url, parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -17,9 +19,9 @@ ALLOWED_HOSTS = ["*"]
 DATABASES = {"default": parse(database_url(), BASE_DIR)}
 # Worker subprocesses started by the tests talk to the test database directly.
 if os.environ.get("ARCATURE_USE_TEST_DATABASE") == "1":
-    DATABASES["default"]["NAME"] = DATABASES["default"].get("TEST", {}).get(
-        "NAME"
-    ) or "test_" + DATABASES["default"]["NAME"]
+    DATABASES["default"]["NAME"] = (
+        DATABASES["default"].get("TEST", {}).get("NAME") or "test_" + DATABASES["default"]["NAME"]
+    )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -60,6 +62,21 @@ TEMPLATES = [
 ]
 
 ARCATURE = {"LEASE_SECONDS": 30, "POLL_INTERVAL": 0.05}
+
+# django.tasks runs on django-arcature (tests/integration/test_backend*.py); on
+# Django 5.2 the framework is the django-tasks backport, an app of its own.
+TASKS = {
+    "default": {
+        "BACKEND": "django_arcature.backend.ArcatureBackend",
+        "QUEUES": [],  # any queue name
+        "OPTIONS": {
+            "MODULES": ["tests.integration.backend_tasks"],
+            "RETRY": {"base_seconds": 0, "jitter": 0},
+        },
+    }
+}
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")
 
 LOGGING = {
     "version": 1,

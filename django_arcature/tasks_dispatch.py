@@ -1,0 +1,236 @@
+"""Run one claimed django.tasks row and say how it went, as the framework documents it.
+
+The worker claims the row, calls :func:`dispatch` (through
+``backend.dispatch_task_job``), then decides and writes the outcome fenced, as
+for any job. Here: find the Task (never anything else), check the arguments,
+build the ``TaskContext``, run the function (a coroutine is cancelled when the
+worker gives up on the attempt), and send ``task_started`` / ``task_finished`` with the
+``TaskResult`` — ``task_finished`` from inside the ``except`` block on failure,
+so receivers (Django's own logger included) see the exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from inspect import iscoroutinefunction
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from .context import current_job
+from .decide import (
+    DispatchOutcome,
+    HandlerError,
+    Malformed,
+    Panic,
+    Succeeded,
+    Unknown,
+    describe_exception,
+    format_traceback,
+    qualified_name,
+)
+from .dialects import ClaimedJob
+from .exceptions import MalformedPayload
+from .payloads import split_payload
+from .tasks_compat import (
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_finished,
+    task_started,
+)
+from .tasks_results import attempt_history
+
+logger = logging.getLogger(__name__)
+
+#: How often a running coroutine task looks at the worker's cancel flag.
+CANCEL_POLL_SECONDS = 0.05
+
+
+class AttemptCancelled(Exception):
+    """The worker gave up on this attempt (timeout, claim lost, shutdown) while it ran."""
+
+
+class ReturnValueNotJSON(TypeError):
+    """The task returned something that cannot be stored as its result."""
+
+
+def dispatch(
+    claimed: ClaimedJob, *, worker_id: str, cancel_event: threading.Event | None
+) -> DispatchOutcome:
+    """Never raises (except KeyboardInterrupt): every failure is an outcome to record."""
+    try:
+        return _dispatch(claimed, worker_id, cancel_event)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a signal receiver or the backend itself failed
+        logger.exception(
+            "job %s (%s): the backend failed around the task", claimed.id, claimed.task_name
+        )
+        return Panic.from_exception(exc)
+
+
+def _dispatch(
+    claimed: ClaimedJob, worker_id: str, cancel_event: threading.Event | None
+) -> DispatchOutcome:
+    from .backend import resolve_task
+
+    try:
+        args, kwargs = split_payload(claimed.payload)
+    except MalformedPayload as exc:
+        return Malformed(str(exc))
+    found = resolve_task(claimed.task_name, claimed.backend)
+    if isinstance(found, str):
+        logger.error("job %s: not running %s: %s", claimed.id, claimed.task_name, found)
+        return Unknown(f"{claimed.task_name} ({found})")
+    task, backend = found.task, found.backend
+    try:
+        backend.check_arguments(task, args, kwargs)
+    except MalformedPayload as exc:
+        return Malformed(str(exc))
+    result = _running_result(claimed, task, worker_id, args, kwargs)
+    sender = type(backend)
+    task_started.send(sender=sender, task_result=result)
+    try:
+        raw = _call(task, result, args, kwargs, cancel_event)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        outcome = _failure(exc)
+        _record_failure(result, exc, final=_is_final(outcome, claimed))
+        task_finished.send(sender=sender, task_result=result)
+        return outcome
+    try:
+        value = normalize_json(raw)
+    except (TypeError, ValueError) as exc:
+        problem = ReturnValueNotJSON(
+            f"{task.module_path} returned a {type(raw).__name__}, which cannot be stored as "
+            f"JSON ({exc}); return JSON types only"
+        )
+        problem.__cause__ = exc
+        _record_failure(result, problem, final=True)
+        task_finished.send(sender=sender, task_result=result)
+        # Returning the same value again cannot help: permanent, no retry.
+        return HandlerError(
+            message=describe_exception(problem),
+            permanent=True,
+            traceback=format_traceback(problem),
+            exception_type=qualified_name(ReturnValueNotJSON),
+        )
+    object.__setattr__(result, "_return_value", value)
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", timezone.now())
+    task_finished.send(sender=sender, task_result=result)
+    return Succeeded(value)
+
+
+def _running_result(
+    claimed: ClaimedJob,
+    task: Task[Any, Any],
+    worker_id: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+) -> TaskResult[Any, Any]:
+    """The TaskResult the task's context and the signals see during this attempt.
+
+    Built from the claim alone (no extra query per task): ``worker_ids`` and
+    ``errors`` come from the attempt log, so ``context.attempt`` is this
+    attempt's number. ``enqueued_at`` is not part of a claim: call
+    ``context.task_result.refresh()`` to load the stored fields.
+    """
+    history = attempt_history(claimed.attempt_log, claimed.attempts, running_worker=worker_id)
+    now = timezone.now()
+    return TaskResult(
+        task=task,
+        id=str(claimed.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=now,
+        finished_at=None,
+        last_attempted_at=now,
+        args=args,
+        kwargs=kwargs,
+        backend=claimed.backend,
+        errors=history.errors,
+        worker_ids=history.worker_ids,
+    )
+
+
+def _call(
+    task: Task[Any, Any],
+    result: TaskResult[Any, Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    cancel_event: threading.Event | None,
+) -> Any:
+    """Call the task; the worker bounds the attempt with its timeout around this call."""
+    call_args = [TaskContext(task_result=result), *args] if task.takes_context else list(args)
+    if iscoroutinefunction(task.func):
+        return async_to_sync(_run_coroutine)(task.func, call_args, kwargs, cancel_event)
+    return task.func(*call_args, **kwargs)
+
+
+async def _run_coroutine(
+    func: Callable[..., Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    cancel_event: threading.Event | None,
+) -> Any:
+    """Await the task, and cancel it when the worker raises the flag.
+
+    The worker raises it when the attempt times out, its claim is lost or it
+    shuts down; unlike a thread, a coroutine can really be stopped then.
+    """
+    if cancel_event is None:
+        return await func(*args, **kwargs)
+    work = asyncio.ensure_future(func(*args, **kwargs))
+    watcher = asyncio.ensure_future(_until_set(cancel_event))
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    await asyncio.wait({work}, timeout=1.0)  # let it run its finally blocks, briefly
+    job = current_job()
+    reason = job.cancel_reason if job is not None and job.cancel_reason else "cancelled"
+    raise AttemptCancelled(f"the worker stopped this attempt while it ran ({reason})")
+
+
+async def _until_set(event: threading.Event) -> None:
+    while not event.is_set():
+        await asyncio.sleep(CANCEL_POLL_SECONDS)
+
+
+def _failure(exc: BaseException) -> DispatchOutcome:
+    if isinstance(exc, Exception):
+        return HandlerError.from_exception(exc)
+    return Panic.from_exception(exc)
+
+
+def _is_final(outcome: DispatchOutcome, claimed: ClaimedJob) -> bool:
+    """Whether the worker's decision will be "dead" (no retry follows)."""
+    match outcome:
+        case HandlerError(permanent=True) | Panic() | Malformed() | Unknown():
+            return True
+    return claimed.attempts >= claimed.max_attempts
+
+
+def _record_failure(result: TaskResult[Any, Any], exc: BaseException, *, final: bool) -> None:
+    """FAILED if no attempt follows, else READY (to be run again), with this attempt's error."""
+    result.errors.append(
+        TaskError(exception_class_path=qualified_name(type(exc)), traceback=format_traceback(exc))
+    )
+    object.__setattr__(
+        result, "status", TaskResultStatus.FAILED if final else TaskResultStatus.READY
+    )
+    if final:
+        object.__setattr__(result, "finished_at", timezone.now())
