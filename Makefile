@@ -38,7 +38,10 @@ databases:
 	$(SUDO) bash scripts/start-databases.sh
 
 test: venv databases
-	PATH="$$(scripts/python-path.sh):$$PATH" $(VENV)/bin/tox run-parallel --parallel 2 --parallel-no-spinner $(TOX_ARGS)
+	rm -rf var/junit
+	PATH="$$(scripts/python-path.sh):$$PATH" $(VENV)/bin/tox run-parallel --parallel 2 \
+	  --parallel-no-spinner $(TOX_ARGS); status=$$?; \
+	  $(PY) scripts/test-summary.py var/junit; exit $$status
 
 test-quick: venv
 	ARCATURE_TEST_DB=sqlite $(PY) -m pytest -q

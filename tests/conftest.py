@@ -39,12 +39,39 @@ def _probe(connections: Any) -> str | None:
             cursor.execute("SELECT 1")
         wrapper.close()
     except Exception as exc:  # any driver error means "not reachable"
-        return f"{settings_dict['ENGINE']} at {settings_dict.get('HOST')}:{settings_dict.get('PORT')}: {exc}"
+        where = f"{settings_dict.get('HOST')}:{settings_dict.get('PORT')}"
+        return f"{settings_dict['ENGINE']} at {where}: {exc}"
     return None
+
+
+_deselected_by_vendor: dict[str, int] = {}
+
+
+def _deselect_other_vendors(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop tests marked ``only_on(...)`` for another database, and say why at the end.
+
+    A test that checks a PostgreSQL trigger has nothing to check on SQLite; it is
+    not collected there rather than skipped, so that "skipped" in a run always
+    means something went missing (and fails CI).
+    """
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("only_on")
+        if marker is None or connection.vendor in marker.args:
+            keep.append(item)
+            continue
+        drop.append(item)
+        reason = marker.kwargs.get("reason", "")
+        key = f"only on {', '.join(marker.args)}: {reason}"
+        _deselected_by_vendor[key] = _deselected_by_vendor.get(key, 0) + 1
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _unreachable
+    _deselect_other_vendors(config, items)
     needs_db = [item for item in items if item.get_closest_marker("django_db")]
     if not needs_db:
         return
@@ -66,11 +93,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(marker)
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
     if _unreachable:
         terminalreporter.write_sep("!", f"DATABASE TESTS SKIPPED: {_unreachable}", red=True)
     else:
         terminalreporter.write_line(f"database under test: {connection.vendor}")
+    for reason, count in sorted(_deselected_by_vendor.items()):
+        terminalreporter.write_line(
+            f"not collected on {connection.vendor}: {count} test(s) {reason}"
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI a skipped test is a failure: it means a server, a browser or a
+    package that the run should have had was missing."""
+    if not IN_CI:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+    if skipped and session.exitstatus == 0:
+        sys.stderr.write(f"\nCI=true: {skipped} test(s) were skipped; failing the run.\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture
