@@ -120,6 +120,11 @@ class EnqueueOptions:
 class JobHandle[**P, R]:
     """What ``@job`` returns: still the function, plus ``enqueue`` and friends."""
 
+    # Copied from the function by functools.update_wrapper.
+    __wrapped__: Callable[..., Any]
+    __name__: str
+    __qualname__: str
+
     def __init__(self, spec: JobSpec, options: EnqueueOptions | None = None) -> None:
         self.spec = spec
         self.options = options or EnqueueOptions()

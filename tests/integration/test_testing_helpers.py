@@ -157,7 +157,8 @@ def test_drain_runs_jobs_enqueued_by_the_jobs_it_runs() -> None:
     chain.enqueue(3)
     summary = drain()
     assert (summary.runs, summary.succeeded) == (4, 4)
-    assert sorted(Job.objects.values_list("result", flat=True)) == [0, 1, 2, 3]
+    results: list[Any] = list(Job.objects.values_list("result", flat=True))
+    assert sorted(results) == [0, 1, 2, 3]
 
 
 def test_drain_stops_at_its_limit() -> None:

@@ -115,65 +115,61 @@ THREADS = 8
 ROUNDS = 10
 
 
-@pytest.mark.django_db(transaction=True)
-def test_many_threads_enqueueing_one_key_at_once_make_exactly_one_row() -> None:
-    for round_number in range(ROUNDS):
-        key = f"race-{round_number}"
-        barrier = threading.Barrier(THREADS)
-        results: list[Any] = []
-        errors: list[BaseException] = []
-        lock = threading.Lock()
-
-        def enqueue(key: str = key, barrier: threading.Barrier = barrier) -> None:
-            try:
-                barrier.wait(timeout=30)
-                job = add.using(unique_key=key).enqueue(1)
-                with lock:
-                    results.append(job.pk)
-            except BaseException as exc:  # reported below, with the round
-                with lock:
-                    errors.append(exc)
-            finally:
-                connections.close_all()  # each thread had its own connection
-
-        threads = [threading.Thread(target=enqueue) for _ in range(THREADS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert errors == [], f"round {round_number}: {errors!r}"
-        rows = list(Job.objects.filter(unique_key=key).values_list("pk", flat=True))
-        assert len(rows) == 1, f"round {round_number}: {len(rows)} rows for one key"
-        assert set(results) == {rows[0]}, f"round {round_number}: callers got other jobs"
-    assert Job.objects.count() == ROUNDS
-
-
-@pytest.mark.django_db(transaction=True)
-def test_racing_enqueues_inside_transactions_make_exactly_one_row() -> None:
-    """Each thread enqueues inside its own atomic block, as a view would, then commits."""
+def _race(key: str, *, in_transaction: bool) -> tuple[list[Any], list[BaseException]]:
+    """THREADS threads, each on its own connection, enqueue ``key`` at one instant."""
     barrier = threading.Barrier(THREADS)
-    errors: list[BaseException] = []
     results: list[Any] = []
+    errors: list[BaseException] = []
     lock = threading.Lock()
 
     def enqueue() -> None:
         try:
             barrier.wait(timeout=30)
-            with transaction.atomic():
-                job = add.using(unique_key="in-tx").enqueue(1)
+            if in_transaction:  # as a view would: the enqueue commits with other writes
+                with transaction.atomic():
+                    job = add.using(unique_key=key).enqueue(1)
+            else:
+                job = add.using(unique_key=key).enqueue(1)
             with lock:
                 results.append(job.pk)
-        except BaseException as exc:
+        except BaseException as exc:  # reported by the caller, with the round
             with lock:
                 errors.append(exc)
         finally:
-            connections.close_all()
+            connections.close_all()  # each thread had its own connection
 
     threads = [threading.Thread(target=enqueue) for _ in range(THREADS)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return results, errors
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["autocommit", "atomic"])
+def test_many_threads_enqueueing_one_key_at_once_make_exactly_one_row(
+    in_transaction: bool,
+) -> None:
+    for round_number in range(ROUNDS):
+        key = f"race-{round_number}"
+        results, errors = _race(key, in_transaction=in_transaction)
+        assert errors == [], f"round {round_number}: {errors!r}"
+        rows = list(Job.objects.filter(unique_key=key).values_list("pk", flat=True))
+        assert len(rows) == 1, f"round {round_number}: {len(rows)} rows for one key"
+        assert len(results) == THREADS
+        assert set(results) == {rows[0]}, f"round {round_number}: callers got other jobs"
+    assert Job.objects.count() == ROUNDS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_the_race_the_finished_job_frees_the_key_for_the_next_race() -> None:
+    results, errors = _race("again", in_transaction=False)
     assert errors == []
-    assert Job.objects.filter(unique_key="in-tx").count() == 1
-    assert len(set(results)) == 1
+    winner = Job.objects.get(unique_key="again")
+    assert run_job(winner).status == JobStatus.SUCCEEDED
+    results, errors = _race("again", in_transaction=False)
+    assert errors == []
+    assert Job.objects.filter(unique_key="again").count() == 1
+    assert Job.objects.filter(task_name="api.add").count() == 2
+    assert winner.pk not in results

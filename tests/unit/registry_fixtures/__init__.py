@@ -1,0 +1,1 @@
+"""Apps that the registry tests install for one test with override_settings."""
