@@ -203,10 +203,13 @@ class Bench:
         finally:
             self.stop_workers()
         started = dict(self.Job.objects.values_list("pk", "started_at"))
-        latencies = sorted((started[pk].timestamp() - before) * 1000 for pk, before in enqueued)
+        from_call = sorted((started[pk].timestamp() - t0) * 1000 for pk, t0, _ in enqueued)
+        from_commit = sorted((started[pk].timestamp() - t1) * 1000 for pk, _, t1 in enqueued)
         return {
-            "pickup_p50_ms": statistics.median(latencies),
-            "pickup_p95_ms": latencies[int(len(latencies) * 0.95) - 1],
+            "pickup_p50_ms": statistics.median(from_call),
+            "pickup_p95_ms": percentile(from_call, 95),
+            "pickup_commit_p50_ms": statistics.median(from_commit),
+            "pickup_commit_p95_ms": percentile(from_commit, 95),
         }
 
     def memory(self) -> dict[str, float]:

@@ -175,7 +175,7 @@ class Worker:
         self._next_heartbeat = 0.0
         self._next_sweep = 0.0
         self._next_progress = 0.0
-        self._last_progress = -1
+        self._last_progress = 0
         self._last_request = 0
         self._last_claim_empty = False
         self._first_finished_at = 0.0
