@@ -161,15 +161,23 @@ def _as_json(value: object) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def claimed_from_row(row: Sequence[Any]) -> ClaimedJob:
+def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> ClaimedJob:
+    """Build the claimed job from a row of ``CLAIM_COLUMNS``.
+
+    Rows from a raw cursor carry JSON columns as text (Django has the drivers
+    leave decoding to the field); rows from ``values_list`` are decoded already,
+    and decoding those again would turn a payload that is a bare JSON string
+    into something else, or fail. ``json_decoded`` says which kind this is.
+    """
     values = dict(zip(CLAIM_COLUMNS, row, strict=True))
-    log = _as_json(values["attempt_log"])
+    decode = (lambda value: value) if json_decoded else _as_json
+    log = decode(values["attempt_log"])
     return ClaimedJob(
         id=_as_uuid(values["id"]),
         task_name=values["task_name"],
         queue=values["queue"],
         priority=values["priority"],
-        payload=_as_json(values["payload"]),
+        payload=decode(values["payload"]),
         attempts=values["attempts"],
         max_attempts=values["max_attempts"],
         claim_token=_as_uuid(values["claim_token"]),

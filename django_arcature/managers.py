@@ -421,7 +421,7 @@ class JobManager(models.Manager["Job"]):
             values[dialects.CLAIM_COLUMNS.index("attempts")] += 1
             values[dialects.CLAIM_COLUMNS.index("claim_token")] = tokens[row[0]]
             values[dialects.CLAIM_COLUMNS.index("lease_seconds")] = lease_seconds
-            claimed.append(dialects.claimed_from_row(values))
+            claimed.append(dialects.claimed_from_row(values, json_decoded=True))
         return claimed
 
     # --- fenced transitions --------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from django_arcature import MalformedPayload, UnknownTask, signals
@@ -492,19 +492,11 @@ def test_an_unknown_task_name_in_the_table_ends_dead_unknown() -> None:
     assert "api.removed_last_year" in job.last_error
 
 
-_DECODED_TWICE_ON_MYSQL = pytest.mark.xfail(
-    connection.vendor == "mysql",
-    reason="the MySQL claim decodes a JSON string payload twice (dialects.claimed_from_row "
-    "after values_list): reported to the core lifecycle owner",
-    strict=True,
-)
-
-
 @pytest.mark.parametrize(
     "payload",
     [
-        pytest.param("just text", marks=_DECODED_TWICE_ON_MYSQL),
-        pytest.param("[1, 2]", marks=_DECODED_TWICE_ON_MYSQL),
+        "just text",
+        "[1, 2]",
         7,
     ],
 )

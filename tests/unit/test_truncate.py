@@ -24,6 +24,8 @@ multibyte = st.text(
 def storable(text: str) -> str:
     """What the function promises to keep: the text with NUL and surrogates replaced."""
     return "".join("\ufffd" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
 limits = st.integers(min_value=0, max_value=600)
 
 
