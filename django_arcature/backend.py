@@ -368,19 +368,23 @@ class ArcatureBackend(BaseTaskBackend):
 
     def _database_warnings(self) -> list[checks.CheckMessage]:
         """SQLite without IMMEDIATE transactions (the app's own check says so when installed)."""
-        config = settings.DATABASES.get("default", {})
-        if not str(config.get("ENGINE", "")).endswith("sqlite3"):
-            return []
-        if config.get("OPTIONS", {}).get("transaction_mode") == "IMMEDIATE":
-            return []
-        return [
-            checks.Warning(
-                f"TASKS[{self.alias!r}] would store tasks in a SQLite database with DEFERRED "
-                "transactions: several worker processes then fail with 'database is locked'.",
-                hint="Set DATABASES['default']['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
-                id="arcature.W101",
-            )
-        ]
+        return sqlite_mode_warnings(self.alias, settings.DATABASES.get("default", {}))
+
+
+def sqlite_mode_warnings(alias: str, database: Mapping[str, Any]) -> list[checks.CheckMessage]:
+    """arcature.W101 if ``database`` is SQLite in its default DEFERRED transaction mode."""
+    if not str(database.get("ENGINE", "")).endswith("sqlite3"):
+        return []
+    if database.get("OPTIONS", {}).get("transaction_mode") == "IMMEDIATE":
+        return []
+    return [
+        checks.Warning(
+            f"TASKS[{alias!r}] would store tasks in a SQLite database with DEFERRED "
+            "transactions: several worker processes then fail with 'database is locked'.",
+            hint="Set DATABASES['default']['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+            id="arcature.W101",
+        )
+    ]
 
 
 # --- Finding a task from a row -----------------------------------------------------
