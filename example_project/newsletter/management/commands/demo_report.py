@@ -1,0 +1,47 @@
+"""``manage.py demo_report``: where every example job ended, as text or JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_arcature.models import Job
+
+
+class Command(BaseCommand):
+    help = "Print each job's task, status, attempts and result or error (oldest first)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        rows = [
+            {
+                "id": str(job.pk),
+                "task": job.task_name,
+                "status": job.status,
+                "attempts": job.attempts,
+                "error_kind": job.error_kind,
+                "last_error": job.last_error,
+                "result": job.result,
+                "payload": job.payload,
+            }
+            for job in Job.objects.order_by("created_at")
+        ]
+        if options["json"]:
+            self.stdout.write(json.dumps(rows, indent=2, default=str))
+            return
+        for row in rows:
+            outcome = (
+                f"{row['error_kind']}: {row['last_error']}"
+                if row["status"] == "dead"
+                else json.dumps(row["result"])
+                if row["status"] == "succeeded"
+                else row["last_error"]
+            )
+            self.stdout.write(
+                f"{row['task']:<28} {row['status']:<10} attempts={row['attempts']}  "
+                f"{str(outcome)[:110]}"
+            )
