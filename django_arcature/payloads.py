@@ -36,7 +36,7 @@ def _hint_for(value: object, where: str) -> str:
     if hasattr(value, "_meta") and hasattr(value, "pk"):
         model = type(value).__name__
         return (
-            f"pass its primary key ({name}.pk) instead and load the {model} "
+            f"pass its primary key ({model.lower()}.pk) instead and load the {model} "
             "in the job, so the job sees the row as it is when it runs"
         )
     if hasattr(value, "model") and hasattr(value, "values_list"):

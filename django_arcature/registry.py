@@ -385,7 +385,7 @@ def get(name: str) -> JobSpec:
 
 def unknown_task_message(name: str) -> str:
     names = registered_names()
-    nearest = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    nearest = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     if not nearest:
         tail = name.rsplit(".", 1)[-1]
         nearest = [n for n in names if n.rsplit(".", 1)[-1] == tail][:3]

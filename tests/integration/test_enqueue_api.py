@@ -246,7 +246,7 @@ NOT_JSON: list[tuple[str, Any, str]] = [
         "model instance",
         _user,
         "argument 'moment' is a User instance (<User: ada>), which JSON cannot carry "
-        "unchanged: pass its primary key (moment.pk) instead and load the User in the job",
+        "unchanged: pass its primary key (user.pk) instead and load the User in the job",
     ),
     (
         "queryset",
