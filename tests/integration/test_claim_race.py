@@ -149,6 +149,7 @@ def test_claim_race(
     check_and_record(vendor, f"{threads}x{batch}-{repeat}", ids, claimed, retries)
 
 
+@pytest.mark.only_on("sqlite", reason="busy_timeout and 'database is locked' are SQLite's")
 @pytest.mark.parametrize("round_no", range(3))
 def test_claim_race_sqlite_without_busy_waiting(
     make_jobs: MakeJobs, vendor: str, round_no: int
@@ -158,8 +159,6 @@ def test_claim_race_sqlite_without_busy_waiting(
     With the normal 30 s timeout SQLite queues writers itself and the manager's
     retry path never runs; this forces it to.
     """
-    if vendor != "sqlite":
-        pytest.skip("busy_timeout and 'database is locked' are SQLite's")
     ids = make_jobs(JOBS)
     claimed, retries = race(4, 3, busy_timeout_ms=1)
     check_and_record(vendor, f"busy1ms-{round_no}", ids, claimed, retries)

@@ -21,13 +21,13 @@ from django_arcature.models import Job, JobStatus
 
 from .conftest import MakeJobs
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def sqlite_only(vendor: str) -> None:
-    if vendor != "sqlite":
-        pytest.skip("only SQLite fails a claim on a held lock (the others SKIP LOCKED)")
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.only_on(
+        "sqlite", reason="elsewhere a claim SKIPs LOCKED rows, never fails on them"
+    ),
+]
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def count_retries(caplog: pytest.LogCaptureFixture) -> int:
     return sum("lock conflict" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.usefixtures("sqlite_only", "impatient")
+@pytest.mark.usefixtures("impatient")
 def test_a_short_lock_is_waited_out(make_jobs: MakeJobs, caplog: pytest.LogCaptureFixture) -> None:
     make_jobs(3)
     caplog.set_level(logging.DEBUG, logger="django_arcature.dialects")
@@ -73,7 +73,7 @@ def test_a_short_lock_is_waited_out(make_jobs: MakeJobs, caplog: pytest.LogCaptu
     assert count_retries(caplog) >= 1
 
 
-@pytest.mark.usefixtures("sqlite_only", "impatient")
+@pytest.mark.usefixtures("impatient")
 def test_a_lock_held_too_long_is_reported_not_waited_forever(
     make_jobs: MakeJobs, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -47,10 +47,9 @@ def test_migrate_to_zero_and_back() -> None:
     assert len(Job.objects.claim("w", lease=30, batch=1)) == 1
 
 
+@pytest.mark.only_on("postgresql", reason="LISTEN/NOTIFY and its trigger exist there only")
 @pytest.mark.django_db(transaction=True)
-def test_postgresql_insert_trigger_is_recreated(vendor: str) -> None:
-    if vendor != "postgresql":
-        pytest.skip("LISTEN/NOTIFY and its trigger exist on PostgreSQL only")
+def test_postgresql_insert_trigger_is_recreated() -> None:
 
     def triggers() -> list[str]:
         with connection.cursor() as cursor:
