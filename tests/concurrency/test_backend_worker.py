@@ -98,3 +98,23 @@ def test_sigkill_mid_task_then_recovery_by_lease(start_worker: StartWorker, tmp_
     # Run twice (at-least-once), completed once.
     assert tasks.started_count(marker) == 2
     assert len(Job.objects.get(pk=uuid.UUID(enqueued.id)).attempt_log) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="dispatch.process does not read backend.task_overrides() yet, so the worker "
+    "uses ARCATURE's backoff and timeout for django.tasks rows (docs/django-tasks.md)",
+)
+def test_worker_applies_the_tasks_retry_policy_and_timeout(start_worker: StartWorker) -> None:
+    # tests/settings.py: OPTIONS["RETRY"] has no delay. always_fails: max_attempts=3.
+    # async_sleeps: timeout=0.3, max_attempts=2.
+    failing = tasks.always_fails.enqueue("still broken")
+    sleeping = tasks.async_sleeps.enqueue(3)
+    worker = start_worker("--burst")
+    assert worker.wait(60) == 0, worker.log
+
+    failed = tasks.always_fails.get_result(failing.id)
+    assert (failed.status, failed.attempts) == (TaskResultStatus.FAILED, 3)
+    timed_out = tasks.async_sleeps.get_result(sleeping.id)
+    assert (timed_out.status, timed_out.attempts) == (TaskResultStatus.FAILED, 2)
+    assert Job.objects.get(pk=uuid.UUID(sleeping.id)).error_kind == "timeout"

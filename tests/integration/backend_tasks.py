@@ -18,6 +18,8 @@ from django_arcature.tasks_compat import TaskContext, task
 
 #: Calls of ``plain_function`` in this process: it is not a Task and must never run.
 PLAIN_CALLS: list[str] = []
+#: ``async_sleeps`` calls that were cancelled at their ``await`` (by a timeout).
+CANCELLED_SLEEPS: list[float] = []
 
 
 @task
@@ -77,7 +79,11 @@ def sleeps_then_returns(seconds: float, started_marker: str) -> str:
 
 @arcature_task(timeout=0.3, max_attempts=2)
 async def async_sleeps(seconds: float) -> str:
-    await asyncio.sleep(seconds)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        CANCELLED_SLEEPS.append(seconds)
+        raise
     return "slept"
 
 

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import django
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import override_settings
 from django.utils import timezone
 
-from django_arcature.backend import ArcatureBackend, task_overrides
+from django_arcature.backend import ArcatureBackend, ArcatureTask, task_overrides
 from django_arcature.dialects import ClaimedJob
 from django_arcature.dispatch import process
 from django_arcature.exceptions import MalformedPayload
@@ -30,6 +32,7 @@ from django_arcature.managers import Completion
 from django_arcature.models import Job
 from django_arcature.tasks_compat import (
     FRAMEWORK,
+    TASK_DECORATOR_TAKES_EXTRA_FIELDS,
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -38,6 +41,7 @@ from django_arcature.tasks_compat import (
     task_finished,
     task_started,
 )
+from django_arcature.tasks_compat import task as framework_task
 from django_arcature.tasks_results import LOST_WORKER_ID
 from tests.integration import backend_tasks as tasks
 
@@ -236,6 +240,23 @@ def test_timeout_cancels_a_coroutine_task_and_retries() -> None:
     fetched = tasks.async_sleeps.get_result(result.id)
     assert fetched.status == TaskResultStatus.FAILED
     assert [e.exception_class_path for e in fetched.errors] == ["builtins.TimeoutError"] * 2
+    # Both attempts were really stopped at their await, not left running for 30 s.
+    deadline = time.monotonic() + 10
+    while len(tasks.CANCELLED_SLEEPS) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tasks.CANCELLED_SLEEPS == [30, 30]
+
+
+def test_the_frameworks_own_decorator_passes_our_fields_where_it_can() -> None:
+    expected = django.VERSION >= (6, 1) or FRAMEWORK == "django_tasks"
+    assert expected == TASK_DECORATOR_TAKES_EXTRA_FIELDS
+    if TASK_DECORATOR_TAKES_EXTRA_FIELDS:
+        made = framework_task(max_attempts=4, timeout=5)(tasks.plain_function)  # type: ignore[call-overload]
+        assert isinstance(made, ArcatureTask)
+        assert (made.max_attempts, made.timeout) == (4, 5)
+    else:  # Django 6.0: use django_arcature.backend.task or OPTIONS["TASK_OPTIONS"]
+        with pytest.raises(TypeError):
+            framework_task(max_attempts=4)(tasks.plain_function)  # type: ignore[call-overload]
 
 
 # --- priorities and run_after -----------------------------------------------------------------
