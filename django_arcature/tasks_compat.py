@@ -10,7 +10,7 @@ instead of version checks scattered through the code.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __all__ = [
     "FRAMEWORK",
@@ -97,17 +97,3 @@ def _decorator_passes_extra_fields() -> bool:
 
 #: True when ``@task(max_attempts=5)`` reaches our task class (Django 6.1, backport).
 TASK_DECORATOR_TAKES_EXTRA_FIELDS: bool = _decorator_passes_extra_fields()
-
-
-def app_label_required() -> str | None:
-    """The app that must be in INSTALLED_APPS for the framework's checks and signals."""
-    return "django_tasks" if FRAMEWORK == "django_tasks" else None
-
-
-def result_status_values() -> list[str]:
-    return [str(value) for value in TaskResultStatus.values]
-
-
-def new_task_result(**fields: Any) -> TaskResult[Any, Any]:
-    """Build a TaskResult; a single place in case the two frameworks' fields drift apart."""
-    return TaskResult(**fields)
