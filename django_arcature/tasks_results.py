@@ -30,6 +30,10 @@ class LeaseExpired(Exception):
     """The worker running this attempt stopped (crashed or was killed); its lease expired."""
 
 
+class TaskCancelled(Exception):
+    """An operator cancelled the task while this attempt ran; its result was not kept."""
+
+
 _LEASE_EXPIRED_TEXT = "the lease expired while running (the worker stopped heartbeating)"
 
 #: Job states as django.tasks reports them.
@@ -74,6 +78,7 @@ def attempt_history(
     *,
     running_worker: str | None = None,
     last_logged: bool = False,
+    last_unlogged: tuple[str, TaskError] | None = None,
     dead_kind: str = "",
     dead_message: str = "",
 ) -> History:
@@ -82,18 +87,19 @@ def attempt_history(
     ``running_worker`` is the worker of an attempt still in progress (it has
     no entry yet). ``last_logged`` says the job's last attempt wrote its own
     entry (a worker finished it), so attempts lost to dead workers came before
-    it. ``dead_kind``/``dead_message`` explain a dead job's last attempt when
-    its entry has no error.
+    it; otherwise ``last_unlogged`` may say who ran the last, unlogged attempt
+    and how it ended. ``dead_kind``/``dead_message`` explain a dead job's last
+    attempt when its entry has no error.
     """
     finished = max(attempts - (1 if running_worker is not None else 0), 0)
     entries = [e for e in log if isinstance(e, dict)][:finished]
     logged = [(str(e.get("worker") or LOST_WORKER_ID), task_error(e.get("error"))) for e in entries]
     lost: list[tuple[str, TaskError | None]] = [
-        (LOST_WORKER_ID, _lease_expired(_LEASE_EXPIRED_TEXT))
+        (LOST_WORKER_ID, _error(LeaseExpired, _LEASE_EXPIRED_TEXT))
         for _ in range(finished - len(entries))
     ]
-    if lost and dead_kind and not last_logged:
-        lost[-1] = (LOST_WORKER_ID, _lease_expired(dead_message or _LEASE_EXPIRED_TEXT))
+    if lost and last_unlogged is not None and not last_logged:
+        lost[-1] = last_unlogged
     ordered = logged[:-1] + lost + logged[-1:] if last_logged else logged + lost
     if dead_kind and last_logged and ordered and ordered[-1][1] is None:
         kind_class = _CLASS_FOR_KIND.get(dead_kind, qualified_name(Exception))
@@ -107,8 +113,24 @@ def attempt_history(
     return History(worker_ids, [error for _, error in ordered if error is not None])
 
 
-def _lease_expired(text: str) -> TaskError:
-    return TaskError(exception_class_path=qualified_name(LeaseExpired), traceback=text)
+def _error(cls: type[BaseException], text: str) -> TaskError:
+    return TaskError(exception_class_path=qualified_name(cls), traceback=text)
+
+
+def _last_unlogged(job: Job) -> tuple[str, TaskError] | None:
+    """Who ran a finished job's last attempt, and how it ended, when no worker logged it.
+
+    Two writers end a job without an attempt-log entry, and both leave
+    ``locked_by`` as it was: the sweep (the worker died; dead ``exhausted``)
+    and an operator's cancel of a running job (its worker's completion is then
+    fenced out). A sweep that requeues clears ``locked_by``.
+    """
+    worker = job.locked_by or LOST_WORKER_ID
+    if job.status == "dead" and _died_in_sweep(job):
+        return worker, _error(LeaseExpired, job.last_error)
+    if job.status == "cancelled" and job.locked_by:
+        return worker, _error(TaskCancelled, "cancelled by an operator while this attempt ran")
+    return None
 
 
 def _died_in_sweep(job: Job) -> bool:
@@ -124,6 +146,7 @@ def result_from_job(job: Job, task: Task[Any, Any]) -> TaskResult[Any, Any]:
         job.attempts,
         running_worker=(job.locked_by or LOST_WORKER_ID) if job.status == "running" else None,
         last_logged=job.status == "succeeded" or (job.status == "dead" and not _died_in_sweep(job)),
+        last_unlogged=_last_unlogged(job),
         dead_kind=job.error_kind if job.status == "dead" else "",
         dead_message=job.last_traceback or job.last_error,
     )

@@ -434,7 +434,17 @@ def test_running_and_cancelled_states() -> None:
     Job.objects.cancel(uuid.UUID(other.id))
     cancelled = tasks.add.get_result(other.id)
     assert cancelled.status == TaskResultStatus.FAILED
-    assert cancelled.worker_ids == []
+    assert (cancelled.worker_ids, cancelled.errors) == ([], [])
+
+    # Cancelled while running: the worker's completion is fenced out, so the
+    # attempt is reported from the row itself.
+    Job.objects.cancel(uuid.UUID(result.id))
+    assert run_next() is None
+    cancelled = tasks.add.get_result(result.id)
+    assert cancelled.status == TaskResultStatus.FAILED
+    assert cancelled.worker_ids == ["busy-worker"]
+    [error] = cancelled.errors
+    assert error.exception_class_path == "django_arcature.tasks_results.TaskCancelled"
 
 
 def test_attempt_of_a_killed_worker_counts_as_a_lost_attempt() -> None:
@@ -452,6 +462,21 @@ def test_attempt_of_a_killed_worker_counts_as_a_lost_attempt() -> None:
     [error] = fetched.errors
     assert error.exception_class_path == "django_arcature.tasks_results.LeaseExpired"
     assert "lease expired" in error.traceback
+
+
+def test_last_attempt_lost_with_no_attempts_left_is_failed_with_its_worker() -> None:
+    result = tasks.add.enqueue(1, 2)
+    job_id = uuid.UUID(result.id)
+    Job.objects.filter(pk=job_id).update(max_attempts=1)
+    Job.objects.claim("crashed", lease=60, batch=1)
+    Job.objects.filter(pk=job_id).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
+    assert Job.objects.sweep_expired_leases() == 1
+    fetched = tasks.add.get_result(result.id)
+    assert fetched.status == TaskResultStatus.FAILED
+    assert fetched.worker_ids == ["crashed"]
+    [error] = fetched.errors
+    assert error.exception_class_path == "django_arcature.tasks_results.LeaseExpired"
+    assert "no attempts left" in error.traceback
 
 
 @pytest.mark.parametrize("result_id", ["", "nope", str(uuid.uuid4()), "1" * 40])
