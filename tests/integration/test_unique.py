@@ -7,6 +7,7 @@ would let several through; the unique constraint lets exactly one.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -111,8 +112,9 @@ def test_enqueue_many_of_a_unique_job_collapses_duplicates() -> None:
 
 # --- the race ----------------------------------------------------------------------------
 
-THREADS = 8
-ROUNDS = 10
+#: Raise these for a longer soak: ARCATURE_UNIQUE_RACE_THREADS=16 ARCATURE_UNIQUE_RACE_ROUNDS=50
+THREADS = int(os.environ.get("ARCATURE_UNIQUE_RACE_THREADS", "8"))
+ROUNDS = int(os.environ.get("ARCATURE_UNIQUE_RACE_ROUNDS", "10"))
 
 
 def _race(key: str, *, in_transaction: bool) -> tuple[list[Any], list[BaseException]]:
@@ -173,3 +175,63 @@ def test_after_the_race_the_finished_job_frees_the_key_for_the_next_race() -> No
     assert Job.objects.filter(unique_key="again").count() == 1
     assert Job.objects.filter(task_name="api.add").count() == 2
     assert winner.pk not in results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_when_the_first_holder_rolls_back_one_waiting_enqueue_takes_the_key() -> None:
+    """Waiters blocked behind an uncommitted insert of the key: after its rollback, one wins.
+
+    On MySQL/MariaDB this is the case where the waiters can deadlock each other
+    (1213); the enqueue retries it, and no caller sees the error.
+    """
+    inserted = threading.Event()
+    release = threading.Event()
+    errors: list[BaseException] = []
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    class RollBack(Exception):
+        pass
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                add.using(unique_key="rolled-back").enqueue(0)
+                inserted.set()
+                release.wait(timeout=30)
+                raise RollBack
+        except RollBack:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            inserted.set()
+            connections.close_all()
+
+    def waiter() -> None:
+        try:
+            job = add.using(unique_key="rolled-back").enqueue(1)
+            with lock:
+                results.append(job.pk)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert inserted.wait(timeout=30)
+    waiters = [threading.Thread(target=waiter) for _ in range(4)]
+    for thread in waiters:
+        thread.start()
+    release.wait(timeout=0.5)  # let the waiters block on the uncommitted key
+    release.set()
+    first.join()
+    for thread in waiters:
+        thread.join()
+    assert errors == []
+    rows = list(Job.objects.filter(unique_key="rolled-back").values_list("pk", "payload"))
+    assert len(rows) == 1
+    assert rows[0][1] == {"args": [1], "kwargs": {}}  # a waiter's job, not the rolled-back one
+    assert set(results) == {rows[0][0]}
