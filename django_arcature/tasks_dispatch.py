@@ -19,6 +19,7 @@ from inspect import iscoroutinefunction
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.dispatch import Signal
 from django.utils import timezone
 
 from .context import current_job
@@ -97,7 +98,7 @@ def _dispatch(
         return Malformed(str(exc))
     result = _running_result(claimed, task, worker_id, args, kwargs)
     sender = type(backend)
-    task_started.send(sender=sender, task_result=result)
+    _send(task_started, sender, result)
     try:
         raw = _call(task, result, args, kwargs, cancel_event)
     except KeyboardInterrupt:
@@ -105,7 +106,7 @@ def _dispatch(
     except BaseException as exc:
         outcome = _failure(exc)
         _record_failure(result, exc, final=_is_final(outcome, claimed))
-        task_finished.send(sender=sender, task_result=result)
+        _send(task_finished, sender, result)
         return outcome
     try:
         value = normalize_json(raw)
@@ -116,7 +117,7 @@ def _dispatch(
         )
         problem.__cause__ = exc
         _record_failure(result, problem, final=True)
-        task_finished.send(sender=sender, task_result=result)
+        _send(task_finished, sender, result)
         # Returning the same value again cannot help: permanent, no retry.
         return HandlerError(
             message=describe_exception(problem),
@@ -127,8 +128,19 @@ def _dispatch(
     object.__setattr__(result, "_return_value", value)
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "finished_at", timezone.now())
-    task_finished.send(sender=sender, task_result=result)
+    _send(task_finished, sender, result)
     return Succeeded(value)
+
+
+def _send(signal: Signal, sender: type[Any], result: TaskResult[Any, Any]) -> None:
+    """Send a worker-side signal; a failing receiver is logged, never the task's failure.
+
+    A bug in a monitoring receiver must not turn every task into a dead one.
+    ``send_robust`` logs the receiver's exception (logger ``django.dispatch``),
+    and inside an ``except`` block receivers still see the task's exception in
+    ``sys.exc_info()``.
+    """
+    signal.send_robust(sender=sender, task_result=result)
 
 
 def _running_result(

@@ -344,6 +344,24 @@ def test_signals_are_sent_as_the_framework_documents(
     assert task_signals[-1] == ("finished", "refuses", "FAILED", True)
 
 
+def test_a_failing_signal_receiver_does_not_fail_the_task(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("monitoring is down")
+
+    task_started.connect(broken, weak=False)
+    task_finished.connect(broken, weak=False)
+    try:
+        result = tasks.add.enqueue(2, 2)
+        assert [c.kind for c in drain()] == ["succeeded"]
+    finally:
+        task_started.disconnect(broken)
+        task_finished.disconnect(broken)
+    assert tasks.add.get_result(result.id).return_value == 4
+    failures = [r for r in caplog.records if r.name == "django.dispatch"]
+    assert len(failures) == 2  # started and finished, each logged by send_robust
+    assert all("monitoring is down" in r.getMessage() for r in failures)
+
+
 # --- what must never run ----------------------------------------------------------------------
 
 
