@@ -56,7 +56,11 @@ class Job(models.Model):
     lease_seconds = models.IntegerField(_("lease (seconds)"), default=30)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
-    unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)
+    # NULL, not "": NULLs never collide in the unique constraint, so jobs without a key
+    # (and finished jobs, which give theirs up) do not block each other.
+    unique_key = models.CharField(  # noqa: DJ001
+        _("unique key"), max_length=255, null=True, blank=True
+    )
     error_kind = models.CharField(
         _("error kind"), max_length=16, choices=ErrorKind.choices, blank=True, default=""
     )

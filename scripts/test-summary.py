@@ -1,7 +1,7 @@
 """Print the test counts of every tox environment from its JUnit XML report.
 
 ``tox run-parallel`` hides the output of environments that pass; this table
-shows, per Python × Django × database, how many tests ran, passed, failed and
+shows, per Python, Django and database, how many tests ran, passed, failed and
 were skipped, and ends with one total line.
 """
 
