@@ -32,12 +32,16 @@ def main() -> None:
     run("seed_demo", "--slow-seconds", "1")
     run("arcature_worker", "--burst", "--concurrency", "4")
     run("demo_report")
+    python = os.path.relpath(sys.executable)
+    manage = os.path.relpath(PROJECT / "manage.py")
+    url = os.environ["DATABASE_URL"]
     print(
-        "\nThe reminder is still pending: it is scheduled an hour ahead. To browse the jobs:"
-        f"\n  DATABASE_URL={os.environ['DATABASE_URL']} python {PROJECT / 'manage.py'} "
-        "createsuperuser"
-        f"\n  DATABASE_URL={os.environ['DATABASE_URL']} python {PROJECT / 'manage.py'} runserver"
-        "\nthen open http://127.0.0.1:8000/admin/"
+        "\nThe reminder is still pending: it is scheduled an hour ahead. The mail the jobs"
+        " sent is in var/mail/. To browse the jobs in the admin:"
+        f"\n  DATABASE_URL={url} {python} {manage} createsuperuser"
+        f"\n  DATABASE_URL={url} {python} {manage} runserver"
+        "\nthen open http://127.0.0.1:8000/admin/ (the queue dashboard is at"
+        " /admin/django_arcature/job/dashboard/)"
     )
 
 

@@ -108,13 +108,16 @@ TEMPLATES = [
     }
 ]
 
-# The jobs "send" mail; print it instead of needing a mail server. Django 6.1
-# configures mail with MAILERS and deprecates EMAIL_BACKEND; older versions need it.
-_CONSOLE_MAIL = "django.core.mail.backends.console.EmailBackend"
+# The jobs "send" mail; write it to files under var/mail instead of needing a mail
+# server. Django 6.1 configures mail with MAILERS and deprecates EMAIL_BACKEND;
+# older versions need it.
+_FILE_MAIL = "django.core.mail.backends.filebased.EmailBackend"
+_MAIL_DIR = str(REPO_DIR / "var" / "mail")
 if django.VERSION >= (6, 1):
-    MAILERS = {"default": {"BACKEND": _CONSOLE_MAIL}}
+    MAILERS = {"default": {"BACKEND": _FILE_MAIL, "OPTIONS": {"file_path": _MAIL_DIR}}}
 else:
-    EMAIL_BACKEND = _CONSOLE_MAIL
+    EMAIL_BACKEND = _FILE_MAIL
+    EMAIL_FILE_PATH = _MAIL_DIR
 DEFAULT_FROM_EMAIL = "newsletter@example.com"
 
 ARCATURE = {

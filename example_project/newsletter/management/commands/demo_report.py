@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -45,3 +46,6 @@ class Command(BaseCommand):
                 f"{row['task']:<28} {row['status']:<10} attempts={row['attempts']}  "
                 f"{str(outcome)[:110]}"
             )
+        by_status = Counter(row["status"] for row in rows)
+        summary = ", ".join(f"{count} {status}" for status, count in sorted(by_status.items()))
+        self.stdout.write(f"\nBy status: {summary} ({len(rows)} jobs)")
