@@ -313,8 +313,10 @@ def process(
     """
     conf = settings or get_settings()
     spec = _spec_or_none(claimed)
+    declared_timeout, declared_retry = _declared(claimed, spec)
     if timeout is _UNSET:
-        timeout = (spec.timeout if spec else None) or conf.timeout
+        timeout = declared_timeout or conf.timeout
+    policy = policy or declared_retry
     outcome = run_handler(
         claimed,
         timeout=timeout,
@@ -324,6 +326,21 @@ def process(
         loop=loop,
     )
     return completion_for(claimed, outcome, worker_id=worker_id, now=now, policy=policy, spec=spec)
+
+
+def _declared(
+    claimed: ClaimedJob, spec: registry.JobSpec | None
+) -> tuple[float | None, RetryPolicy | None]:
+    """The job's own timeout and backoff: ``@job(...)``, or the django.tasks backend's."""
+    if spec is not None:
+        return spec.timeout, spec.retry
+    if not claimed.backend:
+        return None, None
+    try:
+        overrides = importlib.import_module(f"{__package__}.backend").task_overrides(claimed)
+    except (ImportError, AttributeError):
+        return None, None
+    return overrides.timeout, overrides.retry
 
 
 def _spec_or_none(claimed: ClaimedJob) -> registry.JobSpec | None:

@@ -237,15 +237,15 @@ class Worker:
     def _wait(self) -> None:
         now = time.monotonic()
         timeout = min(self._next_heartbeat, self._next_sweep) - now
-        if self._fault.until > now:
+        if self._fault.until > now:  # nothing to do but wait for the database
             timeout = min(timeout, self._fault.until - now)
         else:
             timeout = min(timeout, self._idle_timeout())
+            flush_at = self._flush_deadline()
+            if flush_at is not None:
+                timeout = min(timeout, flush_at - now)
         if self._stopping_since is not None:
             timeout = min(timeout, 0.1)
-        flush_at = self._flush_deadline()
-        if flush_at is not None:
-            timeout = min(timeout, flush_at - now)
         try:
             item = self._events.get(timeout=max(timeout, 0.0))
         except queue.Empty:
