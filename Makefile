@@ -37,11 +37,15 @@ demo: venv
 databases:
 	$(SUDO) bash scripts/start-databases.sh
 
+# The matrix runs two environments at a time; the test that restarts PostgreSQL
+# under a running worker runs alone afterwards, since a restart drops every client.
 test: venv databases
 	rm -rf var/junit
-	PATH="$$(scripts/python-path.sh):$$PATH" $(VENV)/bin/tox run-parallel --parallel 2 \
-	  --parallel-no-spinner $(TOX_ARGS); status=$$?; \
-	  $(PY) scripts/test-summary.py var/junit; exit $$status
+	export PATH="$$(scripts/python-path.sh):$$PATH"; \
+	  $(VENV)/bin/tox run-parallel --parallel 2 --parallel-no-spinner $(TOX_ARGS); status=$$?; \
+	  ARCATURE_RESTART_DATABASE=1 $(VENV)/bin/tox run -e py313-dj61-postgres -- \
+	    -m restarts_server --junitxml=var/junit/py313-dj61-postgres-restart.xml || status=1; \
+	  $(PY) scripts/test-summary.py var/junit || status=1; exit $$status
 
 test-quick: venv
 	ARCATURE_TEST_DB=sqlite $(PY) -m pytest -q

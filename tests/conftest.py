@@ -69,9 +69,26 @@ def _deselect_other_vendors(config: pytest.Config, items: list[pytest.Item]) -> 
         items[:] = keep
 
 
+def _deselect_server_restarts(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that restart a database server run only when asked (ARCATURE_RESTART_DATABASE=1).
+
+    A restart drops every client of the server, so it must not run while another
+    suite shares that server; ``make test`` runs it on its own after the matrix.
+    """
+    if os.environ.get("ARCATURE_RESTART_DATABASE") == "1":
+        return
+    drop = [item for item in items if item.get_closest_marker("restarts_server")]
+    if drop:
+        key = "that restart the server: run with ARCATURE_RESTART_DATABASE=1 (make test does)"
+        _deselected_by_vendor[key] = len(drop)
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _unreachable
     _deselect_other_vendors(config, items)
+    _deselect_server_restarts(config, items)
     needs_db = [item for item in items if item.get_closest_marker("django_db")]
     if not needs_db:
         return

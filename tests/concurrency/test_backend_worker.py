@@ -100,11 +100,6 @@ def test_sigkill_mid_task_then_recovery_by_lease(start_worker: StartWorker, tmp_
     assert len(Job.objects.get(pk=uuid.UUID(enqueued.id)).attempt_log) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dispatch.process does not read backend.task_overrides() yet, so the worker "
-    "uses ARCATURE's backoff and timeout for django.tasks rows (docs/django-tasks.md)",
-)
 def test_worker_applies_the_tasks_retry_policy_and_timeout(start_worker: StartWorker) -> None:
     # tests/settings.py: OPTIONS["RETRY"] has no delay. always_fails: max_attempts=3.
     # async_sleeps: timeout=0.3, max_attempts=2.

@@ -2,12 +2,12 @@
 
 Each test starts worker subprocesses on the pytest test database and checks the
 rows they leave behind. They run unchanged on SQLite, PostgreSQL and MariaDB;
-the only vendor skips are the connection-kill tests (SQLite has no server).
+the only vendor-specific tests are the connection-kill ones (SQLite has no server),
+collected only where they apply.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import uuid
@@ -207,22 +207,16 @@ def drain_across_a_fault(start_worker: StartWorker, fault: Callable[[], object])
     assert not Job.objects.exclude(status=JobStatus.SUCCEEDED).exists()
 
 
-def test_worker_survives_its_connections_being_killed(
-    start_worker: StartWorker, vendor: str
-) -> None:
-    if vendor == "sqlite":
-        pytest.skip("SQLite has no server whose connections could be dropped")
+@pytest.mark.only_on(
+    "postgresql", "mysql", reason="SQLite has no server whose connections could be dropped"
+)
+def test_worker_survives_its_connections_being_killed(start_worker: StartWorker) -> None:
     drain_across_a_fault(start_worker, kill_other_connections)
 
 
-@pytest.mark.skipif(
-    os.environ.get("ARCATURE_RESTART_DATABASE") != "1",
-    reason="restarts the PostgreSQL server for every client on it: set "
-    "ARCATURE_RESTART_DATABASE=1 only where this test has the server to itself",
-)
-def test_worker_survives_a_postgresql_restart(start_worker: StartWorker, vendor: str) -> None:
-    if vendor != "postgresql":
-        pytest.skip("restarts the local PostgreSQL cluster")
+@pytest.mark.restarts_server
+@pytest.mark.only_on("postgresql", reason="restarts the local PostgreSQL cluster")
+def test_worker_survives_a_postgresql_restart(start_worker: StartWorker) -> None:
 
     def restart() -> None:
         connection.close()
