@@ -366,7 +366,9 @@ def complete_in_one_statement(
     for job_id, token, fields in rows:
         value_params.append(pk_field.get_db_prep_save(job_id, connection))
         value_params.append(token_field.get_db_prep_save(token, connection))
-        value_params.extend(field.get_db_prep_save(fields[name], connection) for name, field in per_row)
+        value_params.extend(
+            field.get_db_prep_save(fields[name], connection) for name, field in per_row
+        )
     table = qn(meta.db_table)
     sql = (
         f"WITH v ({', '.join(qn(c) for c in columns)}) AS (VALUES {values_sql}) "

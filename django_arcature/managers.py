@@ -816,7 +816,6 @@ class JobManager(models.Manager["Job"]):
 
         return dialects.retry_on_lock_conflict(self.db, operation)
 
-
     # --- batched completions (the worker's hot path) ------------------------------------
 
     def complete_batch(self, completions: Sequence[Completion]) -> list[ClaimTransition]:
