@@ -305,14 +305,75 @@ BATCH_COMPLETION_ROWS = 500
 
 
 def supports_batch_completion(vendor: str) -> bool:
-    """PostgreSQL and SQLite (3.35+) can UPDATE … FROM a VALUES list … RETURNING."""
-    if vendor == "postgresql":
+    """PostgreSQL and SQLite (3.35+) UPDATE … FROM a VALUES list … RETURNING; MySQL and
+    MariaDB lock the batch's rows, then UPDATE … JOIN a derived table of its values."""
+    if vendor in {"postgresql", "mysql"}:
         return True
     if vendor == "sqlite":
         import sqlite3
 
         return sqlite3.sqlite_version_info >= (3, 35, 0)
     return False
+
+
+@dataclass
+class _BatchParts:
+    """One transition's SET clause for many rows: shared values once, varying ones per row."""
+
+    assignments: list[str]
+    shared_params: list[Any]
+    row_columns: list[str]
+    row_placeholders: list[str]
+    row_params: list[list[Any]]
+
+
+def _batch_parts(
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    rows: Sequence[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]],
+) -> _BatchParts:
+    """Split a batch's fields into those every row shares and those that vary by row.
+
+    The varying ones (result, attempt log, retry time…) travel in a derived table
+    joined on id and token; ``DatabaseNow`` values become the database's clock.
+    """
+    vendor = connection.vendor
+    qn = connection.ops.quote_name
+    meta = model._meta
+
+    def cast(field: Any) -> str:
+        return f"::{field.db_type(connection)}" if vendor == "postgresql" else ""
+
+    pk_field = meta.get_field("id")
+    token_field = meta.get_field("claim_token")
+    parts = _BatchParts(
+        assignments=[],
+        shared_params=[],
+        row_columns=["arcature_id", "arcature_token"],
+        row_placeholders=[f"%s{cast(pk_field)}", f"%s{cast(token_field)}"],
+        row_params=[
+            [
+                pk_field.get_db_prep_save(job_id, connection),
+                token_field.get_db_prep_save(token, connection),
+            ]
+            for job_id, token, _ in rows
+        ],
+    )
+    for name in rows[0][2]:
+        field = meta.get_field(name)
+        first = rows[0][2][name]
+        if isinstance(first, DatabaseNow):
+            parts.assignments.append(f"{qn(field.column)} = {now_sql(vendor, first.seconds)}")
+        elif all(_same_value(row[2][name], first) for row in rows):
+            parts.assignments.append(f"{qn(field.column)} = %s{cast(field)}")
+            parts.shared_params.append(field.get_db_prep_save(first, connection))
+        else:
+            parts.row_columns.append(f"v_{name}")
+            parts.row_placeholders.append(f"%s{cast(field)}")
+            parts.assignments.append(f"{qn(field.column)} = v.{qn('v_' + name)}")
+            for params, (_, _, fields) in zip(parts.row_params, rows, strict=True):
+                params.append(field.get_db_prep_save(fields[name], connection))
+    return parts
 
 
 def complete_in_one_statement(
@@ -324,63 +385,80 @@ def complete_in_one_statement(
 
     Every row of ``rows`` is ``(job_id, claim_token, fields)`` and all carry the
     same field names (one named transition). The fence is kept row by row: a row
-    joins the VALUES list only on its own id *and* token, and only while
-    ``status = 'running'``, so a lost claim in the batch changes nothing and is
-    simply absent from the returned ids. ``DatabaseNow`` values become the
-    database's clock in SQL, as they do through the ORM.
+    is updated only on its own id *and* token, and only while ``status =
+    'running'``, so a lost claim in the batch changes nothing and is simply
+    absent from the returned ids. Must run inside a transaction.
     """
     if not rows:
         return set()
     connection = connections[using]
-    vendor = connection.vendor
+    if connection.vendor == "mysql":
+        return _complete_joined(using, model, rows)
     qn = connection.ops.quote_name
-    meta = model._meta
-    names = list(rows[0][2])
-    pk_field = meta.get_field("id")
-    token_field = meta.get_field("claim_token")
-
-    def cast(field: Any) -> str:
-        return f"::{field.db_type(connection)}" if vendor == "postgresql" else ""
-
-    assignments: list[str] = []
-    shared_params: list[Any] = []
-    per_row: list[tuple[str, Any]] = []  # (column, field) whose value varies by row
-    for name in names:
-        field = meta.get_field(name)
-        first = rows[0][2][name]
-        if isinstance(first, DatabaseNow):
-            assignments.append(f"{qn(field.column)} = {now_sql(vendor, first.seconds)}")
-        elif all(_same_value(row[2][name], first) for row in rows):
-            assignments.append(f"{qn(field.column)} = %s{cast(field)}")
-            shared_params.append(field.get_db_prep_save(first, connection))
-        else:
-            per_row.append((name, field))
-    columns = ["arcature_id", "arcature_token"] + [f"v_{name}" for name, _ in per_row]
-    assignments += [f"{qn(field.column)} = v.{qn('v_' + name)}" for name, field in per_row]
-    placeholders = ", ".join(
-        [f"%s{cast(pk_field)}", f"%s{cast(token_field)}"]
-        + [f"%s{cast(field)}" for _, field in per_row]
-    )
-    values_sql = ", ".join([f"({placeholders})"] * len(rows))
-    value_params: list[Any] = []
-    for job_id, token, fields in rows:
-        value_params.append(pk_field.get_db_prep_save(job_id, connection))
-        value_params.append(token_field.get_db_prep_save(token, connection))
-        value_params.extend(
-            field.get_db_prep_save(fields[name], connection) for name, field in per_row
-        )
-    table = qn(meta.db_table)
+    parts = _batch_parts(connection, model, rows)
+    values_sql = ", ".join([f"({', '.join(parts.row_placeholders)})"] * len(rows))
+    table = qn(model._meta.db_table)
     sql = (
-        f"WITH v ({', '.join(qn(c) for c in columns)}) AS (VALUES {values_sql}) "
-        f"UPDATE {table} SET {', '.join(assignments)} FROM v "
+        f"WITH v ({', '.join(qn(c) for c in parts.row_columns)}) AS (VALUES {values_sql}) "
+        f"UPDATE {table} SET {', '.join(parts.assignments)} FROM v "
         f"WHERE {table}.{qn('id')} = v.{qn('arcature_id')} "
         f"AND {table}.{qn('claim_token')} = v.{qn('arcature_token')} "
         f"AND {table}.{qn('status')} = %s "
         f"RETURNING {table}.{qn('id')}"
     )
+    params = [value for row in parts.row_params for value in row]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*value_params, *shared_params, "running"])
+        cursor.execute(sql, [*params, *parts.shared_params, "running"])
         return {_as_uuid(row[0]) for row in cursor.fetchall()}
+
+
+def _complete_joined(
+    using: str,
+    model: Any,
+    rows: Sequence[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]],
+) -> set[uuid.UUID]:
+    """MySQL/MariaDB, which have no UPDATE … RETURNING: lock, then one UPDATE … JOIN.
+
+    ``SELECT … FOR UPDATE`` on the rows still under their claims tells exactly
+    which ones this batch will change, and holds them so nothing can move them
+    before the UPDATE (which repeats the fence) lands.
+    """
+    from django.db.models import Q
+
+    fence = Q()
+    for job_id, token, _ in rows:
+        fence |= Q(id=job_id, claim_token=token)
+    held = set(
+        model._default_manager.using(using)
+        .select_for_update()
+        .filter(fence, status="running")
+        .values_list("id", flat=True)
+    )
+    if not held:
+        return set()
+    rows = [row for row in rows if row[0] in held]
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    parts = _batch_parts(connection, model, rows)
+    first = ", ".join(
+        f"{placeholder} AS {qn(column)}"
+        for placeholder, column in zip(parts.row_placeholders, parts.row_columns, strict=True)
+    )
+    others = f" UNION ALL SELECT {', '.join(parts.row_placeholders)}" * (len(rows) - 1)
+    table = qn(model._meta.db_table)
+    sql = (
+        f"UPDATE {table} INNER JOIN (SELECT {first}{others}) AS v "
+        f"ON {table}.{qn('id')} = v.{qn('arcature_id')} "
+        f"AND {table}.{qn('claim_token')} = v.{qn('arcature_token')} "
+        f"SET {', '.join(parts.assignments)} "
+        f"WHERE {table}.{qn('status')} = %s"
+    )
+    params = [value for row in parts.row_params for value in row]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *parts.shared_params, "running"])
+        if cursor.rowcount != len(rows):  # the rows are locked by us: this would be a bug
+            raise DatabaseError(f"batch completion changed {cursor.rowcount} of {len(rows)} rows")
+    return {_as_uuid(job_id) for job_id, _, _ in rows}
 
 
 def _same_value(a: Any, b: Any) -> bool:

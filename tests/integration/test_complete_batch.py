@@ -1,7 +1,7 @@
 """``complete_batch`` (the worker's batched completion) writes what ``complete_many`` writes.
 
 Same fields, same per-row fence, same events — whether the database takes the
-single-statement path (PostgreSQL, SQLite) or falls back (MariaDB).
+single-statement path (PostgreSQL, SQLite) or locks then joins (MySQL/MariaDB).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from django_arcature.managers import ClaimTransition
+from django_arcature.managers import ClaimTransition, Completion
 from django_arcature.models import ErrorKind, Job, JobStatus
 
 from .conftest import MakeJobs, Recorder, claim_one, fresh
@@ -109,6 +109,40 @@ def test_a_zombie_worker_cannot_retry_kill_or_heartbeat_a_lost_job(
         ClaimTransition.UPDATED
     )
     assert row(job_id) == ("dead", 2, None)
+
+
+@pytest.mark.parametrize("kind", ["succeeded", "retry", "dead"])
+def test_a_zombie_is_fenced_out_of_the_workers_batched_write(
+    make_jobs: MakeJobs, events: Recorder, kind: str
+) -> None:
+    """The worker's hot path (``complete_batch``: one statement per transition) keeps
+    the fence row by row: in a batch that mixes the zombie's stale write with an
+    owner's live one, only the live one lands."""
+    job_id, zombie, owner = zombie_and_owner(make_jobs)
+    (other_id,) = make_jobs(1)
+    other = claim_one("owner", lease=60)
+    assert other.id == other_id
+    retry_at = timezone.now() + timedelta(minutes=5)
+    fields = {
+        "succeeded": {"result": "stale"},
+        "retry": {"available_at": retry_at, "message": "stale"},
+        "dead": {"error_kind": ErrorKind.PERMANENT, "message": "stale"},
+    }[kind]
+    events.clear()
+
+    outcomes = Job.objects.complete_batch(
+        [
+            Completion(job_id, zombie, kind, **fields),  # type: ignore[arg-type]
+            Completion(other_id, other.claim_token, kind, **fields),  # type: ignore[arg-type]
+        ]
+    )
+
+    assert outcomes == [ClaimTransition.LOST, ClaimTransition.UPDATED]
+    assert row(job_id) == ("running", 2, owner), "the zombie's batched write touched the row"
+    assert fresh(job_id).result is None
+    assert fresh(other_id).claim_token is None
+    landed = {"succeeded": "job_succeeded", "retry": "job_retried", "dead": "job_dead"}[kind]
+    assert sorted(events.names()) == sorted(["job_claim_lost", landed])
 
 
 def test_sweep_of_an_exhausted_job_makes_it_dead_exhausted(
