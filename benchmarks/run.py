@@ -117,7 +117,7 @@ class Bench:
         from benchmarks.benchapp.jobs import noop
 
         self.clear()
-        count = self.options.single
+        count: int = self.options.single
         started = time.perf_counter()
         for _ in range(count):
             noop.enqueue()
@@ -127,7 +127,7 @@ class Bench:
         from benchmarks.benchapp.jobs import noop
 
         self.clear()
-        count = self.options.jobs
+        count: int = self.options.jobs
         started = time.perf_counter()
         noop.enqueue_many([[]] * count)
         return count / (time.perf_counter() - started)
@@ -184,7 +184,9 @@ class Bench:
             self.stop_workers()
         span = self.Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
         assert self.Job.objects.filter(status="succeeded").count() == self.options.jobs
-        return self.options.jobs / (span["last"] - span["first"]).total_seconds()
+        jobs: int = self.options.jobs
+        seconds: float = (span["last"] - span["first"]).total_seconds()
+        return jobs / seconds
 
     def pickup(self) -> dict[str, float]:
         from benchmarks.benchapp.jobs import noop
@@ -202,9 +204,13 @@ class Bench:
             self.wait_drained()
         finally:
             self.stop_workers()
-        started = dict(self.Job.objects.values_list("pk", "started_at"))
-        from_call = sorted((started[pk].timestamp() - t0) * 1000 for pk, t0, _ in enqueued)
-        from_commit = sorted((started[pk].timestamp() - t1) * 1000 for pk, _, t1 in enqueued)
+        started = {
+            pk: moment.timestamp()
+            for pk, moment in self.Job.objects.values_list("pk", "started_at")
+            if moment is not None
+        }
+        from_call = sorted((started[pk] - t0) * 1000 for pk, t0, _ in enqueued)
+        from_commit = sorted((started[pk] - t1) * 1000 for pk, _, t1 in enqueued)
         return {
             "pickup_p50_ms": statistics.median(from_call),
             "pickup_p95_ms": percentile(from_call, 95),

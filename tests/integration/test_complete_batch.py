@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from django_arcature.dialects import ClaimedJob
 from django_arcature.managers import ClaimTransition, Completion
 from django_arcature.models import Job
 from tests.integration.conftest import MakeJobs, Recorder, fresh
@@ -18,7 +19,7 @@ from tests.integration.conftest import MakeJobs, Recorder, fresh
 pytestmark = pytest.mark.django_db
 
 
-def completions_for(claimed: list, now: object) -> list[Completion]:
+def completions_for(claimed: list[ClaimedJob], now: object) -> list[Completion]:
     retry_at = timezone.now() + timedelta(minutes=5)
     log = [{"worker": "w1", "error": None}]
     return [
