@@ -31,13 +31,13 @@ def main(folder: str) -> int:
         print(f"no JUnit reports in {folder}: no test ran")
         return 1
     total = [0, 0, 0]
-    print(f"{'environment':<24}{'tests':>7}{'passed':>8}{'failed':>8}{'skipped':>9}{'seconds':>9}")
+    print(f"{'environment':<30}{'tests':>7}{'passed':>8}{'failed':>8}{'skipped':>9}{'seconds':>9}")
     for report in reports:
         tests, passed, failed, skipped, seconds = counts(report)
         total[0] += passed
         total[1] += failed
         total[2] += skipped
-        print(f"{report.stem:<24}{tests:>7}{passed:>8}{failed:>8}{skipped:>9}{seconds:>9.1f}")
+        print(f"{report.stem:<30}{tests:>7}{passed:>8}{failed:>8}{skipped:>9}{seconds:>9.1f}")
     print(f"total: {total[0]} passed, {total[1]} failed, {total[2]} skipped")
     return 0
 
