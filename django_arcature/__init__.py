@@ -6,6 +6,7 @@ Only the public API is imported here, and none of it loads models, so
 
 from __future__ import annotations
 
+from .context import JobContext, current_job
 from .exceptions import ArcatureError, MalformedPayload, Permanent, UnknownTask
 from .registry import job
 from .retry import RetryPolicy
@@ -14,10 +15,12 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "ArcatureError",
+    "JobContext",
     "MalformedPayload",
     "Permanent",
     "RetryPolicy",
     "UnknownTask",
     "__version__",
+    "current_job",
     "job",
 ]
