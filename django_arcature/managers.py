@@ -9,6 +9,7 @@ through ``_fenced``, so no caller can forget the fence or mix two outcomes.
 from __future__ import annotations
 
 import enum
+import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import F
+from django.db.models.base import ModelState
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -135,43 +137,47 @@ class JobManager(models.Manager["Job"]):
         max_attempts: int | None = None,
         batch_size: int = 1000,
     ) -> list[Job]:
-        """Insert many pending jobs of one task, ``batch_size`` rows per INSERT.
+        """Insert many pending jobs of one task, in the caller's transaction if there is one.
 
         Each item of ``arguments`` is a sequence of positional arguments, a
         mapping of keyword arguments, or an ``(args, kwargs)`` pair. Every item is
         validated before anything is written, so a bad item inserts nothing. The
         result lines up with ``arguments``; for a ``unique`` task an item whose key
         is already held (by an older job or an earlier item) gets the holder.
+
+        On PostgreSQL the rows go in one ``COPY``; MySQL/MariaDB take ``batch_size``
+        rows per INSERT, SQLite one prepared INSERT run for every row.
         """
-        rows = []
-        for item in arguments:
-            args, kwargs = _split_arguments(item)
-            rows.append(
-                self._build(
-                    task,
-                    args=args,
-                    kwargs=kwargs,
-                    queue=queue,
-                    priority=priority,
-                    delay=delay,
-                    run_at=run_at,
-                    max_attempts=max_attempts,
-                    unique_key=None,
-                    backend="",
-                )
-            )
-        if not rows:
+        items = [_split_arguments(item) for item in arguments]
+        if not items:
             return []
+        rows, varying = self._build_rows(
+            task,
+            items,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=None,
+            backend="",
+        )
         if any(row.unique_key is not None for row in rows):
             return self._enqueue_many_unique(rows)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
+        using = self.db
 
-        def insert() -> list[Job]:
-            with transaction.atomic(using=self.db):
-                return self.bulk_create(rows, batch_size=batch_size)
+        def insert() -> None:
+            with transaction.atomic(using=using):
+                dialects.insert_rows(using, self.model, rows, varying, batch_size)
 
-        created = dialects.retry_on_lock_conflict(self.db, insert)
-        self._announce_enqueued(created)
-        return self._run_eagerly(created)
+        dialects.retry_on_lock_conflict(using, insert)
+        for row in rows:  # as bulk_create leaves them: saved, and on this database
+            row._state.adding = False
+            row._state.db = using
+        self._announce_enqueued(rows)
+        return self._run_eagerly(rows)
 
     def _enqueue_many_unique(self, rows: list[Job]) -> list[Job]:
         """Unique rows one by one (each under its own savepoint) in one transaction.
@@ -238,36 +244,51 @@ class JobManager(models.Manager["Job"]):
         backend: str,
     ) -> Job:
         """Validate everything about one job and build its row (unsaved)."""
-        from .registry import QUEUE_MAX_LENGTH, UNIQUE_KEY_MAX_LENGTH, prepare_enqueue
-
-        conf = get_settings()
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"args must be a list or tuple of arguments, not {args!r}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a dict of keyword arguments, not {kwargs!r}")
-        args = list(args)
-        kwargs = dict(kwargs or {})
-        plan = prepare_enqueue(task, args, kwargs, checked=not backend)
-        if delay is not None and run_at is not None:
-            raise ValueError("Pass either delay or run_at, not both.")
-        now = timezone.now()
-        if run_at is not None:
-            if not isinstance(run_at, datetime):
-                raise TypeError(f"run_at must be a datetime, not {run_at!r}")
-            if timezone.is_naive(run_at):
-                raise ValueError("run_at must be timezone-aware (use django.utils.timezone).")
-            available_at = run_at
-        elif delay is not None:
-            if isinstance(delay, bool) or not isinstance(delay, int | float | timedelta):
-                raise TypeError(f"delay must be a number of seconds or a timedelta, not {delay!r}")
-            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-            if not 0 <= seconds <= _MAX_DELAY_SECONDS:  # also refuses NaN
-                raise ValueError(
-                    f"delay must be from 0 to {_MAX_DELAY_SECONDS} seconds, not {delay!r}"
-                )
-            available_at = now + timedelta(seconds=seconds)
-        else:
-            available_at = now
+        rows, _ = self._build_rows(
+            task,
+            [(list(args), dict(kwargs or {}))],
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            backend=backend,
+        )
+        return rows[0]
+
+    def _build_rows(
+        self,
+        task: Any,
+        items: Sequence[tuple[list[Any], dict[str, Any]]],
+        *,
+        queue: str | None,
+        priority: int | None,
+        delay: float | timedelta | None,
+        run_at: datetime | None,
+        max_attempts: int | None,
+        unique_key: str | None,
+        backend: str,
+    ) -> tuple[list[Job], tuple[str, ...]]:
+        """Validate every item's arguments, then the options once, and build the rows (unsaved).
+
+        ``items`` are ``(args, kwargs)`` pairs, already a list and a dict each.
+        Settings are read and the options checked once per call, so a bulk
+        enqueue pays per row only for the argument check, an id, a clock reading
+        and the row itself. Returns the rows and the names of the fields that
+        differ between them (everything else is the same in every row).
+        """
+        from .registry import QUEUE_MAX_LENGTH, UNIQUE_KEY_MAX_LENGTH, prepare_enqueue
+
+        checked = not backend
+        plans = [prepare_enqueue(task, args, kwargs, checked=checked) for args, kwargs in items]
+        plan = plans[0]
+        conf = get_settings()
+        offset = _delay_offset(delay, run_at)
         attempts_allowed = next(
             value
             for value in (max_attempts, plan.max_attempts, conf.max_attempts)
@@ -288,28 +309,48 @@ class JobManager(models.Manager["Job"]):
             raise ValueError(
                 f"queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {queue_name!r}"
             )
-        if unique_key is not None:
-            if not isinstance(unique_key, str) or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_LENGTH:
-                raise ValueError(
-                    f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
-                    f"not {unique_key!r:.80}"
-                )
-        elif plan.unique:
-            unique_key = plan.unique_key(args, kwargs)
-        return self.model(
-            id=uuid.uuid4(),
+        if unique_key is not None and (
+            not isinstance(unique_key, str) or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_LENGTH
+        ):
+            raise ValueError(
+                f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
+                f"not {unique_key!r:.80}"
+            )
+        maker = _RowMaker(
+            self.model,
             task_name=plan.name,
             queue=queue_name,
             priority=plan.priority if priority is None else priority,
-            payload={"args": args, "kwargs": kwargs},
             attempts=0,
             max_attempts=attempts_allowed,
-            available_at=available_at,
             lease_seconds=conf.lease_seconds,
-            unique_key=unique_key,
             backend=backend,
-            created_at=now,
         )
+        derive_key = plan.unique and unique_key is None
+        rows = []
+        for job_id, (args, kwargs) in zip(_new_ids(len(items)), items, strict=True):
+            # One clock reading per row, as for one-by-one enqueues: rows of a batch
+            # become available in the order given, and are claimed in that order.
+            now = timezone.now()
+            if run_at is not None:
+                available_at = run_at
+            elif offset is not None:
+                available_at = now + offset
+            else:
+                available_at = now
+            rows.append(
+                maker.make(
+                    job_id,
+                    {"args": args, "kwargs": kwargs},
+                    available_at,
+                    now,
+                    plan.unique_key(args, kwargs) if derive_key else unique_key,
+                )
+            )
+        varying = maker.varying
+        if not derive_key:  # one key (or none) for every row
+            varying = tuple(name for name in varying if name != "unique_key")
+        return rows, varying
 
     def _insert_unique(self, row: Job) -> tuple[Job, bool]:
         """Insert ``row``, or return the live job that already holds its unique key.
@@ -956,3 +997,106 @@ def _split_arguments(item: Any) -> tuple[list[Any], dict[str, Any]]:
     if isinstance(item, list | tuple):
         return list(item), {}
     return [item], {}
+
+
+class _RowMaker:
+    """Unsaved job rows of one enqueue call, which differ only in a few fields.
+
+    A bulk enqueue builds thousands of rows, and ``Model.__init__`` with keyword
+    arguments was a fifth of its time. The values every row shares are read
+    once from a row built the ordinary way, so each default is the ORM's own; a
+    callable default (``attempt_log=list``) is called per row, so no two rows
+    share a mutable value. While nobody listens to ``pre_init``/``post_init``
+    for the model, a row is assembled the way ``Model.__init__`` leaves it (its
+    field values and a fresh ``ModelState``), without the per-field loop;
+    otherwise it goes through ``__init__`` with positional values, which sends
+    the signals.
+    """
+
+    #: Set per row by :meth:`make`, in its argument order.
+    PER_ROW = ("id", "payload", "available_at", "created_at", "unique_key")
+
+    def __init__(self, model: type[Job], **shared: Any) -> None:
+        fields = model._meta.concrete_fields
+        sample = model(**shared)
+        self.model = model
+        self.template = {field.attname: getattr(sample, field.attname) for field in fields}
+        fresh = [
+            field
+            for field in fields
+            if field.attname not in shared
+            and field.attname not in self.PER_ROW
+            and field.has_default()
+            and callable(field.default)
+        ]
+        self.fresh = [(field.attname, field.get_default) for field in fresh]
+        #: The fields whose values may differ between rows; the rest are the same in all
+        #: (a new empty list or dict in each row is still the same value).
+        self.varying = (
+            *self.PER_ROW,
+            *(field.attname for field in fresh if field.default not in (list, dict)),
+        )
+        self.plain = not (
+            models.signals.pre_init.has_listeners(model)
+            or models.signals.post_init.has_listeners(model)
+        )
+
+    def make(
+        self,
+        job_id: uuid.UUID,
+        payload: dict[str, Any],
+        available_at: datetime,
+        created_at: datetime,
+        unique_key: str | None,
+    ) -> Job:
+        values = self.template.copy()
+        values["id"] = job_id
+        values["payload"] = payload
+        values["available_at"] = available_at
+        values["created_at"] = created_at
+        values["unique_key"] = unique_key
+        for attname, default in self.fresh:
+            values[attname] = default()
+        if not self.plain:
+            # The template's keys are in field order: these are the positional values.
+            built: Job = self.model(*values.values())  # type: ignore[misc]
+            return built
+        row = self.model.__new__(self.model)
+        values["_state"] = ModelState()
+        row.__dict__ = values
+        return row
+
+
+def _delay_offset(delay: float | timedelta | None, run_at: datetime | None) -> timedelta | None:
+    """Check ``delay``/``run_at``; the offset from "now" a delay gives, or None."""
+    if delay is not None and run_at is not None:
+        raise ValueError("Pass either delay or run_at, not both.")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise TypeError(f"run_at must be a datetime, not {run_at!r}")
+        if timezone.is_naive(run_at):
+            raise ValueError("run_at must be timezone-aware (use django.utils.timezone).")
+        return None
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, int | float | timedelta):
+        raise TypeError(f"delay must be a number of seconds or a timedelta, not {delay!r}")
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if not 0 <= seconds <= _MAX_DELAY_SECONDS:  # also refuses NaN
+        raise ValueError(f"delay must be from 0 to {_MAX_DELAY_SECONDS} seconds, not {delay!r}")
+    return timedelta(seconds=seconds)
+
+
+def _new_ids(count: int) -> list[uuid.UUID]:
+    """``count`` random (version 4) UUIDs, as ``uuid.uuid4()`` makes them.
+
+    From one read of the system's random source instead of one per id: for a
+    bulk enqueue that read was a fifth of the time spent building each row.
+    """
+    if count == 1:
+        return [uuid.uuid4()]
+    random_bytes = os.urandom(16 * count)
+    return [
+        uuid.UUID(bytes=random_bytes[start : start + 16], version=4)
+        for start in range(0, 16 * count, 16)
+    ]
