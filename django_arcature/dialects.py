@@ -490,12 +490,13 @@ def insert_rows(
     25 parameters per row; here PostgreSQL gets one ``COPY`` (whose INSERT
     trigger sends its single NOTIFY at commit), MySQL/MariaDB one INSERT per
     ``batch_size`` rows with the shared values written into the row template
-    once, and SQLite one prepared INSERT run for every row. Must run inside a
-    transaction.
+    once, and SQLite (or PostgreSQL under psycopg2) one prepared INSERT run
+    for every row. Must run inside a transaction.
     """
     if not objs:
         return
     connection = connections[using]
+    copy = connection.vendor == "postgresql" and _has_copy_from_python()
     fields = list(model._meta.concrete_fields)
     first = objs[0]
     shared: list[Any] = []
@@ -504,9 +505,14 @@ def insert_rows(
         attname = model_field.attname
         if attname in varying:
             shared.append(None)
-            converters.append((position, attname, _db_value_converter(model_field, connection)))
+            convert = _db_value_converter(model_field, connection, as_text=copy)
+            converters.append((position, attname, convert))
         else:
             shared.append(model_field.get_db_prep_save(getattr(first, attname), connection))
+
+    if copy:
+        # COPY dumps every value of every row: JSON that all rows share is rendered once.
+        shared = [_json_text(value) for value in shared]
 
     def rows() -> Iterator[list[Any]]:
         for obj in objs:
@@ -519,12 +525,12 @@ def insert_rows(
     table = qn(model._meta.db_table)
     columns = ", ".join(qn(model_field.column) for model_field in fields)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if copy:
             # The driver's own cursor: Django's wrapper has no COPY. Same
             # connection, so the same transaction as everything else here.
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as stream:
                 for row in rows():
-                    copy.write_row(row)
+                    stream.write_row(row)
         elif connection.vendor == "mysql":
             _insert_multi_row(
                 cursor, connection, table, columns, shared, converters, rows(), batch_size
@@ -577,7 +583,9 @@ def _insert_multi_row(
         )
 
 
-def _db_value_converter(model_field: Any, connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
+def _db_value_converter(
+    model_field: Any, connection: BaseDatabaseWrapper, *, as_text: bool = False
+) -> Callable[[Any], Any]:
     """``field.get_db_prep_save(value, connection)`` for the values an enqueue stores.
 
     The general method checks and coerces its input on every call; for values
@@ -609,6 +617,17 @@ def _db_value_converter(model_field: Any, connection: BaseDatabaseWrapper) -> Ca
                 return model_field.get_db_prep_save(value, connection)
             return adapt_json(value, encoder)
 
+        if as_text:  # for COPY: the JSON text itself, not the driver's wrapper around it
+            # The backend's wrapper carries the dumps() Django chose for this encoder.
+            dumps = getattr(adapt_json({}, encoder), "dumps", None)
+            if dumps is not None:
+
+                def json_text(value: Any) -> Any:
+                    if value is None or hasattr(value, "as_sql"):
+                        return _json_text(model_field.get_db_prep_save(value, connection))
+                    return dumps(value)
+
+                return json_text
         return json_value
     return functools.partial(model_field.get_db_prep_save, connection=connection)
 
@@ -621,3 +640,20 @@ def _uuid_hex(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return value.hex
     return value if value is None else _as_uuid(value).hex
+
+
+def _json_text(value: Any) -> Any:
+    """The text a psycopg ``Jsonb``/``Json`` parameter carries, rendered by its own
+    ``dumps`` (Django always sets one); any other value unchanged."""
+    from psycopg.types.json import Json, Jsonb
+
+    if isinstance(value, Jsonb | Json) and value.dumps is not None:
+        return value.dumps(value.obj)
+    return value
+
+
+def _has_copy_from_python() -> bool:
+    """psycopg 3 streams rows into COPY; under psycopg2 the rows go by executemany."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)

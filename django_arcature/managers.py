@@ -282,11 +282,21 @@ class JobManager(models.Manager["Job"]):
         and the row itself. Returns the rows and the names of the fields that
         differ between them (everything else is the same in every row).
         """
+        from .exceptions import MalformedPayload
         from .registry import QUEUE_MAX_LENGTH, UNIQUE_KEY_MAX_LENGTH, prepare_enqueue
 
         checked = not backend
-        plans = [prepare_enqueue(task, args, kwargs, checked=checked) for args, kwargs in items]
-        plan = plans[0]
+        plan = prepare_enqueue(task, *items[0], checked=checked)
+        if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
+            for args, kwargs in items[1:]:
+                prepare_enqueue(task, args, kwargs, checked=checked)
+        else:  # the task is resolved; each further item needs only its argument check
+            validate = plan.spec.validate
+            for args, kwargs in items[1:]:
+                try:
+                    validate(args, kwargs)
+                except MalformedPayload as exc:  # worded as prepare_enqueue words it
+                    raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
         conf = get_settings()
         offset = _delay_offset(delay, run_at)
         attempts_allowed = next(

@@ -51,7 +51,7 @@ def stored(job_id: uuid.UUID, columns: list[str]) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(qn(c) for c in columns)} FROM {qn(Job._meta.db_table)} "
-            f"WHERE {qn(pk.column)} = %s",
+            f"WHERE {qn(pk.column or pk.attname)} = %s",
             [pk.get_db_prep_value(job_id, connection)],
         )
         row = cursor.fetchone()
@@ -60,7 +60,7 @@ def stored(job_id: uuid.UUID, columns: list[str]) -> dict[str, Any]:
 
 
 def all_columns() -> list[str]:
-    return [field.column for field in Job._meta.concrete_fields]
+    return [field.column or field.attname for field in Job._meta.concrete_fields]
 
 
 # --- the rows ------------------------------------------------------------------------
