@@ -453,16 +453,7 @@ class JobManager(models.Manager["Job"]):
             updated = (
                 self.using(self.db)
                 .filter(id__in=list(tokens), status=JobStatus.PENDING)
-                .update(
-                    status=JobStatus.RUNNING,
-                    attempts=F("attempts") + 1,
-                    claim_token=token_case,
-                    locked_by=worker_id,
-                    locked_at=DatabaseNow(),
-                    lease_seconds=lease_seconds,
-                    lease_expires_at=DatabaseNow(lease_seconds),
-                    started_at=Coalesce("started_at", DatabaseNow()),
-                )
+                .update(**_claimed_fields(token_case, worker_id, lease_seconds))
             )
             if updated != len(rows):  # the rows are locked by us: this would be a bug
                 raise RuntimeError(f"claimed {updated} of {len(rows)} locked rows")
@@ -560,11 +551,7 @@ class JobManager(models.Manager["Job"]):
         lease_seconds = _whole_seconds(lease)
         rows = dialects.retry_on_lock_conflict(
             self.db,
-            lambda: self._fenced(job_id, claim_token).update(
-                locked_at=DatabaseNow(),
-                lease_seconds=lease_seconds,
-                lease_expires_at=DatabaseNow(lease_seconds),
-            ),
+            lambda: self._fenced(job_id, claim_token).update(**_lease_fields(lease_seconds)),
         )
         if not rows:
             signals.job_claim_lost.send(
@@ -585,11 +572,7 @@ class JobManager(models.Manager["Job"]):
                 return {
                     job_id
                     for job_id, token in claims
-                    if not self._fenced(job_id, token).update(
-                        locked_at=DatabaseNow(),
-                        lease_seconds=lease_seconds,
-                        lease_expires_at=DatabaseNow(lease_seconds),
-                    )
+                    if not self._fenced(job_id, token).update(**_lease_fields(lease_seconds))
                 }
 
         lost = dialects.retry_on_lock_conflict(self.db, operation)
@@ -826,16 +809,7 @@ class JobManager(models.Manager["Job"]):
                 updated = (
                     self.using(self.db)
                     .filter(id=job_id, status=JobStatus.PENDING)
-                    .update(
-                        status=JobStatus.RUNNING,
-                        attempts=F("attempts") + 1,
-                        claim_token=token,
-                        locked_by=worker_id,
-                        locked_at=DatabaseNow(),
-                        lease_seconds=lease_seconds,
-                        lease_expires_at=DatabaseNow(lease_seconds),
-                        started_at=Coalesce("started_at", DatabaseNow()),
-                    )
+                    .update(**_claimed_fields(token, worker_id, lease_seconds))
                 )
                 if not updated:
                     return None
@@ -911,6 +885,29 @@ class JobManager(models.Manager["Job"]):
 
 
 # --- Named transitions: the fields each fenced outcome writes, in one place each -------
+
+
+def _lease_fields(lease_seconds: int) -> dict[str, Any]:
+    """A fresh lease from the database's now: what a claim and a heartbeat both stamp."""
+    return {
+        "locked_at": DatabaseNow(),
+        "lease_seconds": lease_seconds,
+        "lease_expires_at": DatabaseNow(lease_seconds),
+    }
+
+
+def _claimed_fields(token: Any, worker_id: str, lease_seconds: int) -> dict[str, Any]:
+    """pending → running under a new claim token (``token`` may be a per-row CASE)."""
+    from .models import JobStatus
+
+    return {
+        "status": JobStatus.RUNNING,
+        "attempts": F("attempts") + 1,
+        "claim_token": token,
+        "locked_by": worker_id,
+        "started_at": Coalesce("started_at", DatabaseNow()),
+        **_lease_fields(lease_seconds),
+    }
 
 
 def _succeeded_fields(result: Any) -> dict[str, Any]:
