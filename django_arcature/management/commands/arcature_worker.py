@@ -7,9 +7,10 @@ import logging
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_arcature.conf import get_settings
+from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO}
@@ -45,7 +46,12 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        conf = get_settings()
+        try:
+            conf = get_settings()
+        except ImproperlyConfigured:
+            # Show the built-in defaults in --help; the system checks, which run
+            # before handle(), then report what is wrong with ARCATURE (arcature.E001).
+            conf = ArcatureSettings()
         parser.add_argument(
             "--queue",
             action="append",

@@ -1,0 +1,42 @@
+"""A bad ARCATURE setting stops ``manage.py arcature_worker`` before it touches a job,
+with the system check's message saying what to change (not a traceback)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_worker(settings: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "django", "arcature_worker", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_bad_setting_stops_the_worker_with_what_to_change() -> None:
+    finished = run_worker("tests.testapp.bad_settings", "--burst")
+
+    assert finished.returncode == 1
+    assert "Traceback" not in finished.stderr
+    assert "(arcature.E001) ARCATURE['LEASE_SECONDS'] = 0 is invalid" in finished.stderr
+    assert "use a whole number of seconds from 1" in finished.stderr
+    assert "ARCATURE['POLL_INTERVL'] is not a known setting" in finished.stderr
+    assert "Did you mean 'POLL_INTERVAL'?" in finished.stderr
+
+
+def test_help_still_reads_with_a_bad_setting() -> None:
+    finished = run_worker("tests.testapp.bad_settings", "--help")
+
+    assert finished.returncode == 0, finished.stderr
+    assert "--shutdown-timeout SECONDS" in finished.stdout
+    assert "Default: 30." in finished.stdout
