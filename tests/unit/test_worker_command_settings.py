@@ -12,7 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_worker(settings: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": settings,
+        "PYTHONPATH": str(ROOT),
+        # The checks stop the command before any job is touched; a SQLite file keeps
+        # the test free of a server database that only the test run creates.
+        "DATABASE_URL": f"sqlite:///{ROOT / 'var' / 'bad-settings.sqlite3'}",
+    }
     return subprocess.run(
         [sys.executable, "-m", "django", "arcature_worker", *args],
         cwd=ROOT,
