@@ -432,7 +432,8 @@ class DeadJobAdmin(BaseJobAdmin):
     list_display_links = ("short_id", "task_name")
     list_filter = ("error_kind", QueueFilter, TaskFilter)
     date_hierarchy = "finished_at"
-    ordering = ("-finished_at",)
+    # created_at breaks ties: SQLite stamps finished_at to the millisecond.
+    ordering = ("-finished_at", "-created_at")
     sortable_by = ("finished",)
     actions = ("requeue_jobs",)
 

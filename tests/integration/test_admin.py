@@ -11,6 +11,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
@@ -151,6 +152,22 @@ def test_requeue_from_the_dead_letter_page(root: Client) -> None:
     listed = root.get(DEAD).content.decode()
     assert str(ids[2])[:8] in listed
     assert str(ids[0])[:8] not in listed
+
+
+def test_actions_leave_an_entry_in_each_changed_jobs_admin_history(
+    root: Client, admin_user: User
+) -> None:
+    dead = make_dead(2)
+    [pending] = enqueue(1, "q1")
+    act(root, JOBS, "requeue_jobs", [*dead, pending])
+
+    entries = LogEntry.objects.filter(content_type__model="job")
+    assert sorted(str(entry.object_id) for entry in entries) == sorted(str(i) for i in dead)
+    for entry in entries:
+        assert (entry.user_id, entry.action_flag) == (admin_user.pk, CHANGE)
+        assert entry.get_change_message() == "Requeue"
+    history = root.get(reverse("admin:django_arcature_job_history", args=[dead[0]]))
+    assert "Requeue" in history.content.decode()
 
 
 def test_requeue_reports_what_it_skipped_and_why(root: Client) -> None:
