@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, Func
 from django.db.models.sql.compiler import SQLCompiler
@@ -261,10 +261,6 @@ def claim_in_one_statement(
 def uses_single_statement_claim(vendor: str) -> bool:
     """MySQL cannot ``UPDATE … WHERE id IN (SELECT … LIMIT n)`` and has no RETURNING."""
     return vendor in {"postgresql", "sqlite"}
-
-
-def in_transaction(using: str) -> transaction.Atomic:
-    return transaction.atomic(using=using)
 
 
 # --- Planner estimates (the admin's job list) ------------------------------------------

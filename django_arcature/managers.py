@@ -814,30 +814,13 @@ class JobManager(models.Manager["Job"]):
                 if not updated:
                     return None
                 # Through the ORM, so JSON columns arrive decoded on every database.
-                values = dict(
-                    zip(
-                        dialects.CLAIM_COLUMNS,
-                        self.using(self.db)
-                        .filter(id=job_id, claim_token=token)
-                        .values_list(*dialects.CLAIM_COLUMNS)
-                        .get(),
-                        strict=True,
-                    )
+                row = (
+                    self.using(self.db)
+                    .filter(id=job_id, claim_token=token)
+                    .values_list(*dialects.CLAIM_COLUMNS)
+                    .get()
                 )
-            log = values["attempt_log"]
-            return ClaimedJob(
-                id=values["id"],
-                task_name=values["task_name"],
-                queue=values["queue"],
-                priority=values["priority"],
-                payload=values["payload"],
-                attempts=values["attempts"],
-                max_attempts=values["max_attempts"],
-                claim_token=token,
-                lease_seconds=values["lease_seconds"],
-                backend=values["backend"] or "",
-                attempt_log=log if isinstance(log, list) else [],
-            )
+            return dialects.claimed_from_row(row, json_decoded=True)
 
         return dialects.retry_on_lock_conflict(self.db, operation)
 
