@@ -12,7 +12,7 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo test test-quick lint databases bench clean
+.PHONY: help venv demo test test-quick lint databases bench clean soak
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-quick  run the suite once, on SQLite, in $(VENV)"
 	@echo "make lint        ruff + mypy"
 	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
+	@echo "make soak        long chaos and fault-injection runs on every database"
 
 $(VENV)/.installed: pyproject.toml
 	@py="$(PYTHON_FOR_VENV)"; [ -n "$$py" ] || exit 1; \
@@ -61,3 +62,14 @@ bench: venv databases
 
 clean:
 	rm -rf $(VENV) .tox var build dist *.egg-info
+
+# --- soak (issue 10) ---------------------------------------------------------------------
+# The chaos soak's long profile (ARCATURE_SOAK=1: thousands of jobs, minutes of SIGKILLs and
+# killed sessions) and the fault-injection suite, once per database. Others may add their own
+# long profiles to `soak` on separate lines below.
+SOAK_DBS ?= sqlite postgres mysql
+soak: venv databases
+	@status=0; for db in $(SOAK_DBS); do \
+	  echo "== soak on $$db"; \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -s tests/chaos tests/faults || status=1; \
+	done; exit $$status
