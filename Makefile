@@ -12,7 +12,7 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo test test-quick lint databases bench clean soak
+.PHONY: help venv demo test test-quick lint databases bench clean soak soak-chaos
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -66,9 +66,10 @@ clean:
 # --- soak (issue 10) ---------------------------------------------------------------------
 # The chaos soak's long profile (ARCATURE_SOAK=1: thousands of jobs, minutes of SIGKILLs and
 # killed sessions) and the fault-injection suite, once per database. Others may add their own
-# long profiles to `soak` on separate lines below.
+# long profiles as prerequisites of `soak` (a line `soak: soak-yours`), each with its own target.
 SOAK_DBS ?= sqlite postgres mysql
-soak: venv databases
+soak: soak-chaos
+soak-chaos: venv databases
 	@status=0; for db in $(SOAK_DBS); do \
 	  echo "== soak on $$db"; \
 	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -s tests/chaos tests/faults || status=1; \
