@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from django_arcature.managers import ClaimTransition, Completion
 from django_arcature.models import Job
@@ -25,6 +27,34 @@ from tests.integration.conftest import MakeJobs, Recorder, fresh
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REPLACEMENT = "\ufffd"
+#: A result our sanitizer accepts and the database refuses (see ``refusing_database``).
+REFUSED_RESULT = "refused by the database"
+
+
+@pytest.fixture
+def refusing_database() -> Iterator[None]:
+    """Make the database itself refuse one result value, as a constraint the worker cannot
+    foresee would: a CHECK constraint on PostgreSQL and MariaDB, a trigger on SQLite."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                f"CREATE TRIGGER arcature_test_refuse BEFORE UPDATE ON {table} "
+                f"WHEN NEW.result = '\"{REFUSED_RESULT}\"' "
+                "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
+            )
+        else:
+            cast = "::text" if connection.vendor == "postgresql" else ""
+            cursor.execute(
+                f"ALTER TABLE {table} ADD CONSTRAINT arcature_test_refuse "
+                f"CHECK (result IS NULL OR result{cast} <> '\"{REFUSED_RESULT}\"')"
+            )
+    yield
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("DROP TRIGGER arcature_test_refuse")
+        else:
+            cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT arcature_test_refuse")
 
 
 def claim_all(count: int) -> list[Any]:
@@ -44,9 +74,13 @@ def success(job: Any, result: Any) -> Completion:
 
 
 @pytest.mark.parametrize("method", ["complete_batch", "complete_many"])
-@pytest.mark.parametrize("bad", [float("nan"), {"deep": [float("inf")]}, [1, float("-inf")]])
+@pytest.mark.parametrize(
+    "bad",
+    [float("nan"), {"deep": [float("inf")]}, [1, float("-inf")], 10**5000, REFUSED_RESULT],
+    ids=["nan", "inf", "-inf", "huge-int", "refused-by-the-database"],
+)
 def test_a_refused_result_is_isolated_to_its_row(
-    make_jobs: MakeJobs, events: Recorder, method: str, bad: Any
+    make_jobs: MakeJobs, events: Recorder, method: str, bad: Any, refusing_database: None
 ) -> None:
     make_jobs(4)
     first, poison, third, fourth = claim_all(4)
@@ -76,20 +110,26 @@ def test_a_refused_result_is_isolated_to_its_row(
     assert "job_claim_lost" not in events.names()
 
 
-def test_a_batch_of_only_refused_rows_lands_each_as_dead(make_jobs: MakeJobs) -> None:
-    make_jobs(3)
-    claimed = claim_all(3)
-    Job.objects.complete_batch([success(job, float("nan")) for job in claimed])
-    assert [fresh(job.id).status for job in claimed] == ["dead"] * 3
+def test_a_batch_of_only_refused_rows_lands_each_as_dead(
+    make_jobs: MakeJobs, refusing_database: None
+) -> None:
+    make_jobs(4)
+    claimed = claim_all(4)
+    Job.objects.complete_batch(
+        [success(job, float("nan") if n % 2 else REFUSED_RESULT) for n, job in enumerate(claimed)]
+    )
+    assert [fresh(job.id).status for job in claimed] == ["dead"] * 4
 
 
-def test_stale_rows_next_to_a_refused_row_stay_lost(make_jobs: MakeJobs, events: Recorder) -> None:
+def test_stale_rows_next_to_a_refused_row_stay_lost(
+    make_jobs: MakeJobs, events: Recorder, refusing_database: None
+) -> None:
     make_jobs(3)
     good, poison, cancelled = claim_all(3)
     Job.objects.cancel(cancelled.id)
     events.clear()
     outcomes = Job.objects.complete_batch(
-        [success(good, 1), success(poison, float("nan")), success(cancelled, 3)]
+        [success(good, 1), success(poison, REFUSED_RESULT), success(cancelled, 3)]
     )
     assert outcomes == [ClaimTransition.UPDATED, ClaimTransition.UPDATED, ClaimTransition.LOST]
     assert (fresh(cancelled.id).status, fresh(cancelled.id).result) == ("cancelled", None)
