@@ -2,37 +2,48 @@
 
 A completion is a ``Completion`` (which outcome, for which claim); its fields
 come from ``transition_fields`` and nowhere else, so no caller can mix fields of
-two outcomes. ``announce`` sends the one observer event a fenced write earns:
-its own if it landed, ``job_claim_lost`` if it was fenced out, never both.
+two outcomes, and every text and JSON value in them has been through the one
+sanitizer (``core.text``). ``announce`` sends the one observer event a fenced
+write earns: its own if it landed, ``job_claim_lost`` if it was fenced out,
+never both; ``send_event`` sends it so that no receiver can break the writer.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import F
+from django.dispatch import Signal
 from django.db.models.functions import Coalesce
 
 from . import signals
 from .conf import MAX_LEASE_SECONDS, get_settings
 from .core.decide import ErrorKind as DecidedErrorKind
-from .core.text import truncate_for_storage
+from .core.text import UnstorableValue, clean_json, clean_text, truncate_for_storage
 from .db import DatabaseNow
 from .states import JobStatus
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "CLAIM_MARKER",
     "ClaimTransition",
     "Completion",
+    "Written",
     "announce",
     "claimed_fields",
     "dead_fields",
     "lease_fields",
+    "refused_completion",
     "retry_fields",
+    "send_event",
     "succeeded_fields",
+    "wrote_claim",
     "transition_fields",
     "whole_seconds",
 ]
@@ -66,6 +77,34 @@ class Completion:
     message: str = ""
     traceback: str = ""
     attempt_log: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """What became of one completion: ``outcome``, and the ``completion`` actually written.
+
+    That is the one given, unless the database refused its data: then it is the
+    ``dead`` completion that replaced it (see :func:`refused_completion`).
+    """
+
+    outcome: ClaimTransition
+    completion: Completion
+
+
+#: The key, in the attempt-log entry a completion writes, holding its claim token (hex).
+#: Tokens are never reused, so finding it in a row proves that this claim's write landed:
+#: how a worker whose connection broke around COMMIT learns whether its write took.
+CLAIM_MARKER = "claim"
+
+
+def wrote_claim(attempt_log: object, claim_token: uuid.UUID) -> bool:
+    """Whether a stored attempt log holds the entry written by the claim ``claim_token``."""
+    if not isinstance(attempt_log, list):
+        return False
+    marker = claim_token.hex
+    return any(
+        isinstance(entry, dict) and entry.get(CLAIM_MARKER) == marker for entry in attempt_log
+    )
 
 
 def lease_fields(lease_seconds: int) -> dict[str, Any]:
@@ -137,8 +176,9 @@ def announce(sender: type[Any], completion: Completion, outcome: ClaimTransition
     """Send the observer event for a fenced write: its own event if it landed,
     ``job_claim_lost`` if it was fenced out (and never both)."""
     if outcome is ClaimTransition.LOST:
-        signals.job_claim_lost.send(
-            sender=sender,
+        send_event(
+            signals.job_claim_lost,
+            sender,
             job_id=completion.job_id,
             claim_token=completion.claim_token,
             attempted=completion.kind,
@@ -149,7 +189,75 @@ def announce(sender: type[Any], completion: Completion, outcome: ClaimTransition
         "retry": signals.job_retried,
         "dead": signals.job_dead,
     }[completion.kind]
-    signal.send(sender=sender, job_id=completion.job_id, completion=completion)
+    send_event(signal, sender, job_id=completion.job_id, completion=completion)
+
+
+def send_event(signal: Signal, sender: type[Any], **kwargs: Any) -> None:
+    """Send ``signal`` to every receiver, whatever some of them raise.
+
+    Events are sent after the write they report has landed: a receiver that
+    raises (a broken metrics hook) cannot undo it, and must neither stop the
+    receivers after it nor break the worker, whose next step would otherwise run
+    the job again. Each failure is logged with its traceback.
+    """
+    for receiver, response in signal.send_robust(sender=sender, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "a receiver of %s (%s) raised %s: %s; ignored (the write it reports has landed)",
+                _signal_name(signal),
+                getattr(receiver, "__qualname__", receiver),
+                type(response).__name__,
+                response,
+                exc_info=(type(response), response, response.__traceback__),
+            )
+
+
+def _signal_name(signal: Signal) -> str:
+    for name, value in vars(signals).items():
+        if value is signal:
+            return name
+    return repr(signal)
+
+
+def refused_completion(completion: Completion, reason: str) -> Completion:
+    """The ``dead`` write that replaces a completion whose data the database refused.
+
+    The job ends ``dead`` (``permanent``: running it again would produce the
+    same data) with ``reason`` saying what could not be stored; its result is
+    dropped and its attempt-log entry records the refusal instead of the error
+    that could not be stored. Every part of it is storable by construction.
+    """
+    message = f"the job's {_what(completion)} could not be stored: {reason}"
+    log: list[Any] | None = None
+    if completion.attempt_log is not None:
+        earlier = completion.attempt_log[:-1]
+        last = completion.attempt_log[-1] if completion.attempt_log else {}
+        worker = last.get("worker", "") if isinstance(last, dict) else ""
+        try:
+            log = clean_json(earlier)
+        except UnstorableValue:
+            log = []
+        log.append(
+            {
+                "worker": clean_text(str(worker)),
+                "error": {
+                    "exception_class_path": f"{UnstorableValue.__module__}.UnstorableValue",
+                    "traceback": message,
+                },
+            }
+        )
+    return Completion(
+        completion.job_id,
+        completion.claim_token,
+        "dead",
+        error_kind=DecidedErrorKind.PERMANENT.value,
+        message=message,
+        attempt_log=log,
+    )
+
+
+def _what(completion: Completion) -> str:
+    return "result" if completion.kind == "succeeded" else "error report"
 
 
 def whole_seconds(lease: float | timedelta) -> int:
@@ -160,10 +268,16 @@ def whole_seconds(lease: float | timedelta) -> int:
 
 
 def transition_fields(completion: Completion) -> dict[str, Any]:
-    """The fields one fenced completion writes: its named transition, texts cut to size."""
+    """The fields one fenced completion writes: its named transition, every value sanitized.
+
+    Texts are cleaned and cut to size (``core.text``), the result and the attempt
+    log cleaned as JSON; the attempt log's last entry (this attempt's) carries
+    the claim token (``CLAIM_MARKER``). Raises :class:`UnstorableValue` when a
+    value cannot be stored at all (NaN, a huge int…): see :func:`refused_completion`.
+    """
     conf = get_settings()
     if completion.kind == "succeeded":
-        fields = succeeded_fields(completion.result)
+        fields = succeeded_fields(clean_json(completion.result))
     elif completion.kind == "retry":
         if completion.available_at is None:
             raise ValueError("a retry needs available_at")
@@ -181,5 +295,8 @@ def transition_fields(completion: Completion) -> dict[str, Any]:
     else:
         raise ValueError(f"unknown completion kind {completion.kind!r}")
     if completion.attempt_log is not None:
-        fields["attempt_log"] = completion.attempt_log
+        log = clean_json(completion.attempt_log, max_text_bytes=conf.traceback_max_bytes)
+        if log and isinstance(log[-1], dict):
+            log[-1] = {**log[-1], CLAIM_MARKER: completion.claim_token.hex}
+        fields["attempt_log"] = log
     return fields

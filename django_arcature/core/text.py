@@ -6,7 +6,9 @@ backend) stores a message the same way on every database.
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 #: Default cap for stored messages; ``ARCATURE['MESSAGE_MAX_BYTES']`` overrides it.
 DEFAULT_MESSAGE_MAX_BYTES = 2048
@@ -35,3 +37,74 @@ def truncate_for_storage(text: str, max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES) 
     if max_bytes <= len(mark):
         return encoded[:max_bytes].decode("utf-8", errors="ignore")
     return encoded[: max_bytes - len(mark)].decode("utf-8", errors="ignore") + _TRUNCATION_MARK
+
+
+# --- JSON values a worker stores (results, attempt logs) -------------------------------
+
+#: Levels of nesting a stored JSON value may have: MariaDB's JSON_VALID refuses a 32nd
+#: (checked on 10.11), so every database refuses the same values.
+JSON_MAX_DEPTH = 31
+
+
+class UnstorableValue(ValueError):
+    """A value no database could store as JSON (a non-finite float, a huge int, deep nesting)."""
+
+
+def clean_text(text: str, max_bytes: int | None = None) -> str:
+    """NUL and lone surrogates replaced by U+FFFD; cut to ``max_bytes`` if given.
+
+    The one rule for every text the worker stores: the same on every database,
+    where PostgreSQL would refuse the text and the others keep it.
+    """
+    if max_bytes is not None:
+        return truncate_for_storage(text, max_bytes)
+    return _NEEDS_CLEANING.sub(_REPLACEMENT, text)
+
+
+def clean_json(value: object, *, max_text_bytes: int | None = None) -> Any:
+    """A copy of the JSON ``value`` with every string (and key) passed through ``clean_text``.
+
+    Numbers, booleans and None are kept as they are. Raises :class:`UnstorableValue`
+    for what JSON cannot carry at all — NaN and infinities (refused by every
+    database's JSON column), integers too long to print, nesting deeper than
+    ``JSON_MAX_DEPTH``, non-JSON types — naming where in the value it sits.
+    """
+    return _clean(value, "", 0, max_text_bytes)
+
+
+def _clean(value: object, path: str, depth: int, limit: int | None) -> Any:
+    if isinstance(value, str):
+        return clean_text(value, limit)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() > _MAX_INT_BITS:
+            raise UnstorableValue(f"the integer at {path or 'top level'} is too long to store")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise UnstorableValue(
+                f"{value!r} at {path or 'top level'} is not a JSON number (NaN and "
+                "infinities cannot be stored)"
+            )
+        return value
+    if depth >= JSON_MAX_DEPTH:
+        raise UnstorableValue(f"the value nests more than {JSON_MAX_DEPTH} levels deep")
+    if isinstance(value, dict):
+        cleaned: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise UnstorableValue(f"the key {key!r} at {path or 'top level'} is not a string")
+            cleaned[clean_text(key, limit)] = _clean(item, f"{path}[{key!r}]", depth + 1, limit)
+        return cleaned
+    if isinstance(value, list | tuple):
+        return [
+            _clean(item, f"{path}[{index}]", depth + 1, limit) for index, item in enumerate(value)
+        ]
+    raise UnstorableValue(
+        f"a {type(value).__name__} at {path or 'top level'} is not a JSON value"
+    )
+
+
+#: Python refuses to print integers of more than 4300 digits (``sys.int_info``); stay under.
+_MAX_INT_BITS = 4300 * 3

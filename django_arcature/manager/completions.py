@@ -1,41 +1,79 @@
-"""Fenced completions: running → succeeded, pending (retry) or dead, only under the claim."""
+"""Fenced completions: running → succeeded, pending (retry) or dead, only under the claim.
+
+Every completion — one ``mark_*`` call or the worker's batch — goes through
+:meth:`CompletionWrites.write_completions`, which keeps three promises:
+
+- **A refusal stays with its row.** A value the database (or its driver) refuses
+  fails the batch's statement; the batch is then written row by row, each under
+  its own savepoint, and a refused row is replaced by a ``dead`` write saying what
+  could not be stored (``transitions.refused_completion``). The other rows land;
+  the worker never retries a batch that can never be written.
+- **Keyed by claim.** Outcomes are decided per (job id, claim token): a stale and a
+  fresh claim of one job in the same batch are told apart (a statement never
+  carries one job twice).
+- **A lost acknowledgement is not a lost claim.** A row the fence turned away is
+  read back: if it holds this claim's marker in its attempt log, the write landed
+  earlier (its COMMIT went through but the connection broke before the answer
+  came back), so it is reported as landed, and its event is sent now, once.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 
 from django_arcature.db import driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.states import JobStatus
 from django_arcature.transitions import (
     ClaimTransition,
     Completion,
+    Written,
     announce,
+    refused_completion,
     transition_fields,
+    wrote_claim,
 )
 
 from .base import JobWriter
 
-if TYPE_CHECKING:
-    pass
+logger = logging.getLogger(__name__)
+
+#: What "the database refused this row's data" looks like, as opposed to "the database
+#: is unreachable" (OperationalError, InterfaceError), which the caller retries:
+#: constraint and data errors from the server, and the encoding errors drivers raise
+#: in Python before anything is sent.
+DATA_ERRORS: tuple[type[BaseException], ...] = (
+    DataError,
+    IntegrityError,
+    ValueError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+)
+
+ClaimKey = tuple[uuid.UUID, uuid.UUID]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    completion: Completion
+    fields: dict[str, Any]
+
+    @property
+    def key(self) -> ClaimKey:
+        return (self.completion.job_id, self.completion.claim_token)
 
 
 class CompletionWrites(JobWriter):
     """Each completion is a named transition applied through the fence."""
-
-    def _apply(
-        self,
-        completion: Completion,
-        fields: dict[str, Any],
-    ) -> ClaimTransition:
-        rows = self._fenced(completion.job_id, completion.claim_token).update(**fields)
-        outcome = ClaimTransition.from_rowcount(rows)
-        announce(self.model, completion, outcome)
-        return outcome
 
     def mark_succeeded(
         self,
@@ -96,33 +134,16 @@ class CompletionWrites(JobWriter):
         return self._write_one(completion)
 
     def _write_one(self, completion: Completion) -> ClaimTransition:
-        fields = transition_fields(completion)
-        return _retry_on_lock_conflict(self.db, lambda: self._apply(completion, fields))
+        return self.write_completions([completion], batched=False)[0].outcome
 
     def complete_many(self, completions: Sequence[Completion]) -> list[ClaimTransition]:
         """Apply many fenced completions in one transaction (one commit for a batch).
 
         Each row is still fenced on its own id and token, and each gets its own
-        UPDATED/LOST; observer events are sent after the commit, for UPDATED
-        rows only.
+        UPDATED/LOST; observer events are sent after the commit. A row whose data
+        the database refuses ends ``dead`` instead (UPDATED, with ``job_dead``).
         """
-        if not completions:
-            return []
-        field_sets = [transition_fields(c) for c in completions]
-
-        def operation() -> list[ClaimTransition]:
-            with transaction.atomic(using=self.db):
-                return [
-                    ClaimTransition.from_rowcount(
-                        self._fenced(c.job_id, c.claim_token).update(**fields)
-                    )
-                    for c, fields in zip(completions, field_sets, strict=True)
-                ]
-
-        outcomes = _retry_on_lock_conflict(self.db, operation)
-        for completion, outcome in zip(completions, outcomes, strict=True):
-            announce(self.model, completion, outcome)
-        return outcomes
+        return [written.outcome for written in self.write_completions(completions, batched=False)]
 
     def complete_batch(self, completions: Sequence[Completion]) -> list[ClaimTransition]:
         """Like :meth:`complete_many`, in one UPDATE per transition where the database can.
@@ -130,35 +151,203 @@ class CompletionWrites(JobWriter):
         Same fields (``transition_fields``), same per-row fence on id, token and
         ``status = 'running'``, same events after the commit; on PostgreSQL and
         SQLite each group of same-kind completions is a single ``UPDATE … FROM
-        (VALUES …) RETURNING id`` instead of one statement per job. Elsewhere it
-        is :meth:`complete_many`.
+        (VALUES …) RETURNING id`` instead of one statement per job, on
+        MySQL/MariaDB a locked ``UPDATE … JOIN``.
+        """
+        return [written.outcome for written in self.write_completions(completions)]
+
+    def write_completions(
+        self, completions: Sequence[Completion], *, batched: bool = True
+    ) -> list[Written]:
+        """Write fenced completions in one transaction; what became of each, in order.
+
+        ``Written.completion`` is the completion that was written: the one given,
+        or the ``dead`` one that replaced it when its data could not be stored.
+        Events are sent after the commit, one per completion, through
+        ``send_event`` (a raising receiver is logged, never raised). A database
+        that cannot be reached raises, and nothing is sent: calling again with
+        the same completions is safe, and reports writes that had landed as such.
         """
         if not completions:
             return []
+        prepared = [self._prepare(completion) for completion in completions]
         driver = driver_for(self.db)
-        if not driver.supports_batch_completion():
-            return self.complete_many(completions)
-        groups: dict[tuple[str, ...], list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]] = {}
-        for completion in completions:
-            fields = transition_fields(completion)
-            groups.setdefault(tuple(fields), []).append(
-                (completion.job_id, completion.claim_token, fields)
+        single = not (batched and driver.supports_batch_completion())
+        try:
+            landed = _retry_on_lock_conflict(self.db, lambda: self._write(prepared, single))
+        except DATA_ERRORS as exc:
+            logger.warning(
+                "the database refused a batch of %d completion(s) (%s: %s); writing them "
+                "one by one to find the refused row",
+                len(prepared),
+                type(exc).__name__,
+                _first_line(exc),
             )
-        size = driver.BATCH_COMPLETION_ROWS
-
-        def operation() -> set[uuid.UUID]:
-            updated: set[uuid.UUID] = set()
-            with transaction.atomic(using=self.db):
-                for rows in groups.values():
-                    for start in range(0, len(rows), size):
-                        updated |= driver.complete_batch(self.model, rows[start : start + size])
-            return updated
-
-        updated = _retry_on_lock_conflict(self.db, operation)
-        outcomes = [
-            ClaimTransition.UPDATED if c.job_id in updated else ClaimTransition.LOST
-            for c in completions
+            prepared, landed = _retry_on_lock_conflict(
+                self.db, lambda: self._write_isolated(prepared)
+            )
+        written = [
+            Written(
+                ClaimTransition.UPDATED if item.key in landed else ClaimTransition.LOST,
+                item.completion,
+            )
+            for item in prepared
         ]
-        for completion, outcome in zip(completions, outcomes, strict=True):
-            announce(self.model, completion, outcome)
-        return outcomes
+        written = self._recognise_landed(written)
+        for item in written:
+            announce(self.model, item.completion, item.outcome)
+        return written
+
+    def _prepare(self, completion: Completion) -> _Prepared:
+        """The completion's fields; a value that can never be stored becomes a dead write."""
+        try:
+            return _Prepared(completion, transition_fields(completion))
+        except DATA_ERRORS as exc:
+            if not _is_unstorable(exc):
+                raise  # a caller's mistake (unknown kind, retry without a time): say so
+            replacement = refused_completion(completion, _first_line(exc))
+            return _Prepared(replacement, transition_fields(replacement))
+
+    def _write(self, prepared: Sequence[_Prepared], single: bool) -> set[ClaimKey]:
+        """All of ``prepared`` in one transaction; the claims whose rows changed."""
+        landed: set[ClaimKey] = set()
+        with transaction.atomic(using=self.db):
+            if single:
+                for item in prepared:
+                    completion = item.completion
+                    fenced = self._fenced(completion.job_id, completion.claim_token)
+                    if fenced.update(**item.fields):
+                        landed.add(item.key)
+                return landed
+            driver = driver_for(self.db)
+            groups: dict[tuple[str, ...], list[_Prepared]] = {}
+            for item in prepared:
+                groups.setdefault(tuple(item.fields), []).append(item)
+            for items in groups.values():
+                for chunk in _distinct_jobs(items, driver.BATCH_COMPLETION_ROWS):
+                    rows = [(i.completion.job_id, i.completion.claim_token, i.fields) for i in chunk]
+                    changed = driver.complete_batch(self.model, rows)
+                    landed.update(item.key for item in chunk if item.key[0] in changed)
+        return landed
+
+    def _write_isolated(
+        self, prepared: Sequence[_Prepared]
+    ) -> tuple[list[_Prepared], set[ClaimKey]]:
+        """Row by row under savepoints, in one transaction; refused rows replaced by dead."""
+        written: list[_Prepared] = []
+        landed: set[ClaimKey] = set()
+        with transaction.atomic(using=self.db):
+            for item in prepared:
+                try:
+                    if self._write_row(item):
+                        landed.add(item.key)
+                    written.append(item)
+                    continue
+                except DATA_ERRORS as exc:
+                    reason = _first_line(exc)
+                    logger.error(
+                        "job %s: the database refused its %s (%s); it ends dead instead",
+                        item.completion.job_id,
+                        item.completion.kind,
+                        reason,
+                    )
+                replacement = refused_completion(item.completion, reason)
+                instead = _Prepared(replacement, transition_fields(replacement))
+                try:
+                    changed = self._write_row(instead)
+                except DATA_ERRORS:  # even the history is refused: keep the one before
+                    bare = dataclasses.replace(replacement, attempt_log=None)
+                    instead = _Prepared(bare, transition_fields(bare))
+                    changed = self._write_row(instead)
+                if changed:
+                    landed.add(instead.key)
+                written.append(instead)
+        return written, landed
+
+    def _write_row(self, item: _Prepared) -> bool:
+        with transaction.atomic(using=self.db):
+            completion = item.completion
+            fenced = self._fenced(completion.job_id, completion.claim_token)
+            return bool(fenced.update(**item.fields))
+
+    def _recognise_landed(self, written: list[Written]) -> list[Written]:
+        """Fenced-out rows whose own write had landed (its acknowledgement lost) are UPDATED.
+
+        Only this claim's completion writes this claim's token into the attempt
+        log, and tokens are never reused, so the marker is proof; a row without
+        it was changed by someone else (cancelled, swept, re-claimed).
+        """
+        lost = [
+            index
+            for index, item in enumerate(written)
+            if item.outcome is ClaimTransition.LOST and item.completion.attempt_log is not None
+        ]
+        if not lost:
+            return written
+        ids = {written[index].completion.job_id for index in lost}
+        stored = {
+            job_id: (status, error_kind, last_error, log)
+            for job_id, status, error_kind, last_error, log in self.using(self.db)
+            .filter(id__in=ids)
+            .values_list("id", "status", "error_kind", "last_error", "attempt_log")
+        }
+        result = list(written)
+        for index in lost:
+            completion = written[index].completion
+            row = stored.get(completion.job_id)
+            if row is None or not wrote_claim(row[3], completion.claim_token):
+                continue
+            status, error_kind, last_error, log = row
+            landed = completion
+            ours_last = wrote_claim(log[-1:], completion.claim_token)
+            if ours_last and status == JobStatus.DEAD and completion.kind != "dead":
+                # The refused-data replacement is what landed before the connection broke.
+                landed = Completion(
+                    completion.job_id,
+                    completion.claim_token,
+                    "dead",
+                    error_kind=error_kind,
+                    message=last_error,
+                    attempt_log=log,
+                )
+            logger.warning(
+                "job %s: its %s had landed although the database's answer was lost",
+                completion.job_id,
+                landed.kind,
+            )
+            result[index] = Written(ClaimTransition.UPDATED, landed)
+        return result
+
+
+def _distinct_jobs(items: Sequence[_Prepared], size: int) -> Iterator[list[_Prepared]]:
+    """Chunks of at most ``size`` in which no job appears twice.
+
+    A driver reports the ids its statement changed; with one job twice in a
+    statement (a stale and a fresh claim), the id could not say which claim's
+    row changed. The second claim goes in a later chunk instead.
+    """
+    pending = list(items)
+    while pending:
+        chunk: list[_Prepared] = []
+        seen: set[uuid.UUID] = set()
+        rest: list[_Prepared] = []
+        for item in pending:
+            if len(chunk) < size and item.key[0] not in seen:
+                chunk.append(item)
+                seen.add(item.key[0])
+            else:
+                rest.append(item)
+        yield chunk
+        pending = rest
+
+
+def _is_unstorable(exc: BaseException) -> bool:
+    from django_arcature.core.text import UnstorableValue
+
+    return isinstance(exc, UnstorableValue)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    summary = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {summary}" if summary else type(exc).__name__

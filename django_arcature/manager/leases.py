@@ -20,6 +20,7 @@ from django_arcature.transitions import (
     claimed_fields,
     dead_fields,
     lease_fields,
+    send_event,
     whole_seconds,
 )
 
@@ -70,33 +71,45 @@ class LeaseWrites(JobWriter):
             lambda: self._fenced(job_id, claim_token).update(**lease_fields(lease_seconds)),
         )
         if not rows:
-            signals.job_claim_lost.send(
-                sender=self.model, job_id=job_id, claim_token=claim_token, attempted="heartbeat"
+            send_event(
+                signals.job_claim_lost,
+                self.model,
+                job_id=job_id,
+                claim_token=claim_token,
+                attempted="heartbeat",
             )
         return rows > 0
 
     def heartbeat_many(
         self, claims: Sequence[tuple[uuid.UUID, uuid.UUID]], lease: float | timedelta
-    ) -> set[uuid.UUID]:
-        """Heartbeat several jobs in one transaction; returns the ids whose claim is lost."""
+    ) -> set[tuple[uuid.UUID, uuid.UUID]]:
+        """Heartbeat several claims in one transaction; returns the (id, token) claims lost.
+
+        Keyed by claim, not by job: a worker may hold a lost claim and a fresh
+        claim of the same job at once.
+        """
         if not claims:
             return set()
         lease_seconds = whole_seconds(lease)
 
-        def operation() -> set[uuid.UUID]:
+        def operation() -> set[tuple[uuid.UUID, uuid.UUID]]:
             with transaction.atomic(using=self.db):
                 return {
-                    job_id
+                    (job_id, token)
                     for job_id, token in claims
                     if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
                 }
 
         lost = _retry_on_lock_conflict(self.db, operation)
-        tokens = dict(claims)
-        for job_id in lost:
-            signals.job_claim_lost.send(
-                sender=self.model, job_id=job_id, claim_token=tokens[job_id], attempted="heartbeat"
-            )
+        for job_id, token in claims:
+            if (job_id, token) in lost:
+                send_event(
+                    signals.job_claim_lost,
+                    self.model,
+                    job_id=job_id,
+                    claim_token=token,
+                    attempted="heartbeat",
+                )
         return lost
 
     def release(self, job_id: uuid.UUID, claim_token: uuid.UUID) -> ClaimTransition:
@@ -114,11 +127,15 @@ class LeaseWrites(JobWriter):
         )
         outcome = ClaimTransition.from_rowcount(rows)
         if outcome is ClaimTransition.LOST:
-            signals.job_claim_lost.send(
-                sender=self.model, job_id=job_id, claim_token=claim_token, attempted="release"
+            send_event(
+                signals.job_claim_lost,
+                self.model,
+                job_id=job_id,
+                claim_token=claim_token,
+                attempted="release",
             )
         else:
-            signals.job_released.send(sender=self.model, job_id=job_id)
+            send_event(signals.job_released, self.model, job_id=job_id)
         return outcome
 
     def sweep_expired_leases(self, batch: int = 500) -> int:
@@ -173,8 +190,12 @@ class LeaseWrites(JobWriter):
         dead_ids, requeue_ids = _retry_on_lock_conflict(self.db, operation)
         dead, requeued = len(dead_ids), len(requeue_ids)
         if dead or requeued:
-            signals.jobs_swept.send(
-                sender=self.model, job_ids=dead_ids + requeue_ids, requeued=requeued, dead=dead
+            send_event(
+                signals.jobs_swept,
+                self.model,
+                job_ids=dead_ids + requeue_ids,
+                requeued=requeued,
+                dead=dead,
             )
         return dead + requeued
 

@@ -85,6 +85,12 @@ class WorkerStats:
         )
 
 
+#: A claim: the job's id and the token of this claim of it. The same job can come back
+#: to the same worker under a new claim while its old, lost claim is still in flight, so
+#: everything the worker tracks per job is keyed by both.
+ClaimKey = tuple[uuid.UUID, uuid.UUID]
+
+
 @dataclass
 class _InFlight:
     """A job this worker has claimed and not yet written back."""
@@ -94,11 +100,17 @@ class _InFlight:
     started: bool = False
     skipped: bool = False
     done: bool = False
+    #: A heartbeat found the claim gone (and ``job_claim_lost`` was sent for it then).
+    lost: bool = False
+
+    @property
+    def key(self) -> ClaimKey:
+        return (self.job.id, self.job.claim_token)
 
 
 @dataclass
 class _Done:
-    job_id: uuid.UUID
+    key: ClaimKey
     completion: Completion
     seconds: float
 
@@ -157,7 +169,7 @@ class Worker:
             raise ValueError("max_jobs must be at least 1")
 
         self.stats = WorkerStats()
-        self._inflight: dict[uuid.UUID, _InFlight] = {}
+        self._inflight: dict[ClaimKey, _InFlight] = {}
         self._lock = threading.Lock()  # guards started/skipped between main and pool threads
         self._todo: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
         # Everything that should wake the main loop goes through this queue:
@@ -357,7 +369,7 @@ class Worker:
         self.stats.claimed += len(jobs)
         for job in jobs:
             entry = _InFlight(job, self._context_for(job))
-            self._inflight[job.id] = entry
+            self._inflight[entry.key] = entry
             self._todo.put(entry)
         return len(jobs)
 
@@ -389,29 +401,48 @@ class Worker:
         return self._first_finished_at + FLUSH_DELAY
 
     def _flush(self, force: bool = False) -> None:
-        """Write finished jobs back, fenced row by row, in one transaction."""
+        """Write finished jobs back, fenced row by row, in one transaction.
+
+        A job whose claim a heartbeat already found lost is not written: its
+        write could only be fenced out, and its ``job_claim_lost`` was sent then.
+        If the database fails during the write, the batch is kept and written
+        again later; the manager tells a write that had landed before the
+        failure (its acknowledgement lost) from one fenced out, so neither the
+        outcome nor its event depends on when the connection broke.
+        """
         deadline = self._flush_deadline()
         if deadline is None or (not force and deadline > time.monotonic()):
             return
         from django_arcature.models import Job
 
-        batch = self._finished
+        batch = []
+        for done in self._finished:
+            entry = self._inflight.get(done.key)
+            if entry is not None and entry.lost:
+                self._inflight.pop(done.key, None)
+                self.stats.lost += 1
+                continue
+            batch.append(done)
+        self._finished = batch
+        if not batch:
+            return
         manager = Job.objects.db_manager(self.using)
-        outcomes = self._guarded(
-            "completion", lambda: manager.complete_batch([done.completion for done in batch])
+        written = self._guarded(
+            "completion",
+            lambda: manager.write_completions([done.completion for done in batch]),
         )
-        if outcomes is None:
+        if written is None:
             return  # kept; written once the database answers again
         self._finished = []
-        for done, outcome in zip(batch, outcomes, strict=True):
-            entry = self._inflight.pop(done.job_id, None)
-            completion = done.completion
-            if outcome is ClaimTransition.LOST:
+        for done, landed in zip(batch, written, strict=True):
+            entry = self._inflight.pop(done.key, None)
+            completion = landed.completion
+            if landed.outcome is ClaimTransition.LOST:
                 self.stats.lost += 1
                 logger.warning(
                     "job %s (%s): claim lost before its %s was written (cancelled, or the "
                     "lease expired); the result was discarded",
-                    done.job_id,
+                    completion.job_id,
                     entry.job.task_name if entry else "?",
                     completion.kind,
                 )
@@ -422,10 +453,18 @@ class Worker:
                 self.stats.retried += 1
             else:
                 self.stats.dead += 1
+            if completion is not done.completion:
+                logger.error(
+                    "job %s (%s): the database refused its %s; stored as dead instead: %s",
+                    completion.job_id,
+                    entry.job.task_name if entry else "?",
+                    done.completion.kind,
+                    completion.message,
+                )
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "job %s (%s) %s in %.1fms%s",
-                    done.job_id,
+                    completion.job_id,
                     entry.job.task_name if entry else "?",
                     completion.kind
                     if completion.kind != "dead"
@@ -438,7 +477,11 @@ class Worker:
         now = time.monotonic()
         if now < self._next_heartbeat:
             return
-        claims = [(job_id, entry.job.claim_token) for job_id, entry in self._inflight.items()]
+        # Only jobs still running: a finished one is written within moments, and after a
+        # failed write its claim may already be gone by our own landed write.
+        claims = [
+            key for key, entry in self._inflight.items() if not (entry.done or entry.lost)
+        ]
         if claims:
             from django_arcature.models import Job
 
@@ -446,14 +489,15 @@ class Worker:
             lost = self._guarded("heartbeat", lambda: manager.heartbeat_many(claims, self.lease))
             if lost is None:
                 return
-            for job_id in lost:
-                self._on_lost(job_id)
+            for key in lost:
+                self._on_lost(key)
         self._next_heartbeat = time.monotonic() + self.lease / 3
 
-    def _on_lost(self, job_id: uuid.UUID) -> None:
-        entry = self._inflight.get(job_id)
+    def _on_lost(self, key: ClaimKey) -> None:
+        entry = self._inflight.get(key)
         if entry is None:
             return
+        entry.lost = True
         entry.context.cancel("lost")
         with self._lock:
             if not entry.started:
@@ -461,11 +505,11 @@ class Worker:
         logger.warning(
             "job %s (%s): claim lost while running (cancelled, or the lease was swept); "
             "the handler was told to stop and its result will be discarded",
-            job_id,
+            entry.job.id,
             entry.job.task_name,
         )
         if entry.skipped:
-            self._inflight.pop(job_id, None)
+            self._inflight.pop(key, None)
             self.stats.lost += 1
 
     def _maybe_sweep(self) -> None:
@@ -538,10 +582,13 @@ class Worker:
         manager = Job.objects.db_manager(self.using)
         for entry in entries:
             job = entry.job
+            if entry.lost:  # already gone (and reported): nothing of ours to hand back
+                self._inflight.pop(entry.key, None)
+                continue
             outcome = self._guarded(
                 "release", functools.partial(manager.release, job.id, job.claim_token)
             )
-            self._inflight.pop(entry.job.id, None)
+            self._inflight.pop(entry.key, None)
             if outcome is ClaimTransition.UPDATED:
                 self.stats.released += 1
                 logger.warning(
@@ -633,7 +680,7 @@ class Worker:
                 seconds = time.perf_counter() - started
                 entry.done = True
                 self._note_duration(seconds)
-                self._events.put(_Done(entry.job.id, completion, seconds))
+                self._events.put(_Done(entry.key, completion, seconds))
         finally:
             db_connections.close_all()
 

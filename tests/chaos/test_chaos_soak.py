@@ -32,7 +32,7 @@ from django.db import connection
 from django_arcature.models import Job, JobStatus
 from tests.faults.processes import FaultWorker, event_counts
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 SOAK = os.environ.get("ARCATURE_SOAK") == "1"
 JOBS = 3000 if SOAK else 150

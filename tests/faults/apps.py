@@ -34,7 +34,7 @@ class FaultsConfig(AppConfig):
 
 def connect_raising(name: str) -> None:
     from django_arcature import signals
-    from django_arcature.tasks_compat import task_finished, task_started
+    from django_arcature.tasks.compat import task_finished, task_started
 
     found = {"task_started": task_started, "task_finished": task_finished}.get(name)
     signal = found if found is not None else getattr(signals, name)
@@ -43,7 +43,7 @@ def connect_raising(name: str) -> None:
 
 def disconnect_raising(name: str) -> None:
     from django_arcature import signals
-    from django_arcature.tasks_compat import task_finished, task_started
+    from django_arcature.tasks.compat import task_finished, task_started
 
     found = {"task_started": task_started, "task_finished": task_finished}.get(name)
     signal = found if found is not None else getattr(signals, name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_arcature.tasks_compat import task
+from django_arcature.tasks.compat import task
 
 
 @task

@@ -14,8 +14,8 @@ import uuid
 import pytest
 from django.db.models import F
 
-from django_arcature.dialects import DatabaseNow
-from django_arcature.managers import ClaimTransition, Completion
+from django_arcature.db import DatabaseNow
+from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.models import Job
 from tests.faults import jobs as fault_jobs
 from tests.faults.conftest import start_worker_thread, wait_for

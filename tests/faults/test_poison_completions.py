@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_arcature.managers import ClaimTransition, Completion
+from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.models import Job
 from tests.faults import jobs as fault_jobs
 from tests.faults.conftest import run_worker

@@ -31,6 +31,7 @@ from tests.faults.proxy import Action, FaultProxy
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
+    pytest.mark.heavy,
     pytest.mark.only_on(
         "postgresql", "mysql", reason="SQLite has no connection to a server that could be cut"
     ),

@@ -19,7 +19,7 @@ from django_arcature.models import Job
 from tests.faults import jobs as fault_jobs
 from tests.faults.processes import FaultWorker, event_counts
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 RAISING = "job_succeeded,job_retried,job_dead,job_claim_lost,jobs_swept,task_started,task_finished"
 
