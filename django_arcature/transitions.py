@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import F
-from django.dispatch import Signal
 from django.db.models.functions import Coalesce
+from django.dispatch import Signal
 
 from . import signals
 from .conf import MAX_LEASE_SECONDS, get_settings
@@ -43,9 +43,9 @@ __all__ = [
     "retry_fields",
     "send_event",
     "succeeded_fields",
-    "wrote_claim",
     "transition_fields",
     "whole_seconds",
+    "wrote_claim",
 ]
 
 

@@ -101,9 +101,7 @@ def _clean(value: object, path: str, depth: int, limit: int | None) -> Any:
         return [
             _clean(item, f"{path}[{index}]", depth + 1, limit) for index, item in enumerate(value)
         ]
-    raise UnstorableValue(
-        f"a {type(value).__name__} at {path or 'top level'} is not a JSON value"
-    )
+    raise UnstorableValue(f"a {type(value).__name__} at {path or 'top level'} is not a JSON value")
 
 
 #: Python refuses to print integers of more than 4300 digits (``sys.int_info``); stay under.

@@ -225,7 +225,9 @@ class CompletionWrites(JobWriter):
                 groups.setdefault(tuple(item.fields), []).append(item)
             for items in groups.values():
                 for chunk in _distinct_jobs(items, driver.BATCH_COMPLETION_ROWS):
-                    rows = [(i.completion.job_id, i.completion.claim_token, i.fields) for i in chunk]
+                    rows = [
+                        (i.completion.job_id, i.completion.claim_token, i.fields) for i in chunk
+                    ]
                     changed = driver.complete_batch(self.model, rows)
                     landed.update(item.key for item in chunk if item.key[0] in changed)
         return landed

@@ -479,9 +479,7 @@ class Worker:
             return
         # Only jobs still running: a finished one is written within moments, and after a
         # failed write its claim may already be gone by our own landed write.
-        claims = [
-            key for key, entry in self._inflight.items() if not (entry.done or entry.lost)
-        ]
+        claims = [key for key, entry in self._inflight.items() if not (entry.done or entry.lost)]
         if claims:
             from django_arcature.models import Job
 

@@ -15,8 +15,8 @@ import pytest
 from django.db.models import F
 
 from django_arcature.db import DatabaseNow
-from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.models import Job
+from django_arcature.transitions import ClaimTransition, Completion
 from tests.faults import jobs as fault_jobs
 from tests.faults.conftest import start_worker_thread, wait_for
 from tests.integration.conftest import MakeJobs, Recorder, fresh

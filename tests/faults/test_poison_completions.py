@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.models import Job
+from django_arcature.transitions import ClaimTransition, Completion
 from tests.faults import jobs as fault_jobs
 from tests.faults.conftest import run_worker
 from tests.integration.conftest import MakeJobs, Recorder, fresh

@@ -60,7 +60,9 @@ def test_batch_matches_one_by_one_and_fences_each_row(
     assert (first.status, first.result, first.attempt_log) == (
         "succeeded",
         {"n": 1},
-        [{"worker": "w1", "error": None}],
+        # This attempt's entry carries its claim token: proof, after a lost
+        # acknowledgement, that this claim's write is the one that landed.
+        [{"worker": "w1", "error": None, "claim": claimed[0].claim_token.hex}],
     )
     assert first.finished_at is not None
     assert first.claim_token is None

@@ -235,10 +235,11 @@ def test_heartbeat_many_reports_the_lost_claims(make_jobs: MakeJobs) -> None:
     make_jobs(3)
     a, b, c = Job.objects.claim("w", lease=10, batch=3)
     Job.objects.cancel(b.id)
+    wrong_token = uuid.uuid4()
     lost = Job.objects.heartbeat_many(
-        [(a.id, a.claim_token), (b.id, b.claim_token), (c.id, uuid.uuid4())], lease=30
+        [(a.id, a.claim_token), (b.id, b.claim_token), (c.id, wrong_token)], lease=30
     )
-    assert lost == {b.id, c.id}
+    assert lost == {(b.id, b.claim_token), (c.id, wrong_token)}
     assert fresh(a.id).lease_seconds == 30
     assert fresh(c.id).lease_seconds == 10
     assert Job.objects.heartbeat_many([], lease=30) == set()

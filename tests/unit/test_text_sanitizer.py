@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from django_arcature.core.text import JSON_MAX_DEPTH, UnstorableValue, clean_json, clean_text
 
 R = "\ufffd"
