@@ -421,6 +421,13 @@ class Worker:
             if entry is not None and entry.lost:
                 self._inflight.pop(done.key, None)
                 self.stats.lost += 1
+                logger.warning(
+                    "job %s (%s): its claim was lost while it ran, so its %s was not "
+                    "written; the result was discarded",
+                    entry.job.id,
+                    entry.job.task_name,
+                    done.completion.kind,
+                )
                 continue
             batch.append(done)
         self._finished = batch
