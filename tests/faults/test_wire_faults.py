@@ -223,3 +223,31 @@ def test_connections_cut_again_and_again_while_jobs_run(
     events = event_counts(events_file)
     assert [events[("job_succeeded", job_id)] for job_id in ids] == [1] * len(ids)
     assert not [key for key in events if key[0] == "job_claim_lost"], events
+
+
+# --- the heartbeat ---------------------------------------------------------------------------
+
+
+def heartbeat_pattern() -> bytes:
+    """The heartbeat's UPDATE starts its SET with locked_at (the claim's starts with status)."""
+    quote = b'"' if connection.vendor == "postgresql" else b"`"
+    return b"SET " + quote + b"locked_at" + quote
+
+
+@pytest.mark.parametrize(
+    "action",
+    [Action.DROP_REQUEST, Action.DROP_AFTER_COMMIT],
+    ids=["before-statement", "after-commit-ack-lost"],
+)
+def test_heartbeat_cut(
+    start_worker: StartWorker, proxy: FaultProxy, events_file: Path, action: Action
+) -> None:
+    """Jobs longer than their lease keep it across heartbeats whose connection was cut."""
+    ids = [str(Job.objects.enqueue("tests.sleep", args=[3]).id) for _ in range(2)]
+    rule = proxy.arm(action, heartbeat_pattern(), times=2)
+    worker = start_worker("--burst", "--concurrency", "2", "--lease", str(LEASE))
+    assert worker.wait(90) == 0, worker.log[-4000:]
+    assert rule.count == 2
+    rows = dict(Job.objects.values_list("id", "attempts"))
+    assert {rows[pk] for pk in rows} == {1}  # never swept, never re-run
+    assert_exactly_once(ids, events_file)
