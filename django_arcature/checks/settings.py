@@ -28,6 +28,35 @@ def check_settings(
     ]
 
 
+ROUTER = "django_arcature.routers.JobsRouter"
+
+
+@checks.register(checks.Tags.compatibility)
+def check_jobs_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E002: ``ARCATURE["DATABASE"]`` names an alias, but nothing routes the job table there."""
+    raw = getattr(settings, "ARCATURE", None)
+    alias = raw.get("DATABASE") if isinstance(raw, dict) else None
+    if not alias or alias == "default":
+        return []
+    routers = [
+        r if isinstance(r, str) else f"{type(r).__module__}.{type(r).__name__}"
+        for r in getattr(settings, "DATABASE_ROUTERS", [])
+    ]
+    if ROUTER in routers:
+        return []
+    return [
+        checks.Error(
+            f"ARCATURE['DATABASE'] = {alias!r}, but {ROUTER!r} is not in DATABASE_ROUTERS, "
+            "so the job table would still be read and written on 'default'.",
+            hint=f"Add {ROUTER!r} to DATABASE_ROUTERS, then run "
+            f"`python manage.py migrate --database {alias}`.",
+            id="arcature.E002",
+        )
+    ]
+
+
 # Registered without the ``database`` tag on purpose: these read settings only, and
 # database-tagged checks are skipped by plain ``manage.py check`` and ``runserver``,
 # which is exactly where a developer should first hear about them.

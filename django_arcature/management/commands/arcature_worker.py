@@ -119,8 +119,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--database",
-            default="default",
-            help='The database alias holding the job table. Default: "default".',
+            default=None,
+            help='The database alias holding the job table. Default: ARCATURE["DATABASE"], '
+            'else "default".',
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
