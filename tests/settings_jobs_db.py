@@ -19,4 +19,4 @@ DATABASES = {
 DATABASE_ROUTERS = (
     [] if os.environ.get("ARCATURE_NO_ROUTER") == "1" else ["django_arcature.routers.JobsRouter"]
 )
-ARCATURE = {**ARCATURE, "DATABASE": "jobs"}
+ARCATURE: dict[str, object] = {**ARCATURE, "DATABASE": "jobs"}
