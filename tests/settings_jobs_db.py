@@ -10,7 +10,8 @@ import os
 
 from tests.dburl import parse
 from tests.settings import *  # noqa: F403
-from tests.settings import ARCATURE, BASE_DIR
+from tests.settings import ARCATURE as BASE_ARCATURE
+from tests.settings import BASE_DIR
 
 DATABASES = {
     "default": parse(os.environ["ARCATURE_APP_DB_URL"], BASE_DIR),
@@ -19,4 +20,4 @@ DATABASES = {
 DATABASE_ROUTERS = (
     [] if os.environ.get("ARCATURE_NO_ROUTER") == "1" else ["django_arcature.routers.JobsRouter"]
 )
-ARCATURE: dict[str, object] = {**ARCATURE, "DATABASE": "jobs"}
+ARCATURE = {**BASE_ARCATURE, "DATABASE": "jobs"}
