@@ -26,7 +26,7 @@ import django_arcature  # noqa: E402
 
 project = "django-arcature"
 author = "django-arcature developers"
-copyright = "django-arcature developers"  # noqa: A001
+copyright = "django-arcature developers"
 release = django_arcature.__version__
 version = release
 

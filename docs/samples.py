@@ -105,7 +105,9 @@ def parse(path: Path) -> Page:
             info = fence.group("info").strip().split()
             language = info[-1] if info[0].startswith("{") and len(info) > 1 else info[0]
             if language in ("python", "py", "python3"):
-                body = "\n".join(line.removeprefix(fence.group("indent")) for line in lines[index + 1 : end])
+                body = "\n".join(
+                    line.removeprefix(fence.group("indent")) for line in lines[index + 1 : end]
+                )
                 page.samples.append(_classify(path, index + 2, body, pending))
             pending = None
             index = end + 1
@@ -118,7 +120,9 @@ def parse(path: Path) -> Page:
 
 def _classify(path: Path, line: int, code: str, mark: tuple[str, int] | None) -> Sample:
     if mark is None:
-        return Sample(path, line, code, "error", reason="no <!-- sample: run / not-run: why --> mark")
+        return Sample(
+            path, line, code, "error", reason="no <!-- sample: run / not-run: why --> mark"
+        )
     body, _ = mark
     if body == "run" or body.startswith("run "):
         options = dict(part.split("=", 1) for part in body.split()[1:] if "=" in part)
@@ -183,7 +187,11 @@ def _run_session(sample: Sample, namespace: dict[str, object]) -> None:
     """
     parser = doctest.DocTestParser()
     test = parser.get_doctest(
-        sample.code, namespace, f"{sample.path.name}:{sample.line}", str(sample.path), sample.line - 1
+        sample.code,
+        namespace,
+        f"{sample.path.name}:{sample.line}",
+        str(sample.path),
+        sample.line - 1,
     )
     output: list[str] = []
     runner = doctest.DocTestRunner(

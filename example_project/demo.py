@@ -1,7 +1,7 @@
 """``make demo``: the example project end to end on a fresh SQLite file.
 
 The file is the example project's own default, ``var/example-project.sqlite3``
-(see ``demo_site/settings.py``), so the README's step-by-step commands, the
+(see ``demo_site/settings.py``), so the step-by-step commands in the docs, the
 admin and ``runserver`` afterwards all see the jobs this demo ran. It is deleted
 first, so the summary is this run's. Migrates, enqueues the mixed batch
 (``seed_demo``), runs a real worker process until nothing is due

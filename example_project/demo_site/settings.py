@@ -26,7 +26,7 @@ TIME_ZONE = "UTC"
 
 
 #: The one SQLite file of the example project: ``make demo`` (demo.py) resets and
-#: fills it, and the README's manual steps, ``runserver`` and the admin read it.
+#: fills it, and the docs' manual steps, ``runserver`` and the admin read it.
 DEFAULT_SQLITE_PATH = REPO_DIR / "var" / "example-project.sqlite3"
 
 
@@ -133,7 +133,7 @@ ARCATURE = {
 }
 
 # Django's own tasks framework (django.tasks; the django-tasks backport on 5.2)
-# runs on the same job table and workers: see tasks_demo/ and docs/django-tasks.md.
+# runs on the same job table and workers: see tasks_demo/ and docs/howto/django-tasks.md.
 TASKS = {
     "default": {
         "BACKEND": "django_arcature.backend.ArcatureBackend",
