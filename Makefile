@@ -37,7 +37,7 @@ $(VENV)/.installed-demo: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q --upgrade "pip>=25.1"
-	$(PY) -m pip install -q -e ".[postgres]" --group dev --group docs tox
+	$(PY) -m pip install -q -e ".[postgres]" --group dev tox
 	@touch $@
 
 demo-venv: $(VENV)/.installed-demo
