@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
     # Wake idle PostgreSQL workers with LISTEN/NOTIFY (turn off behind PgBouncer
     # in transaction mode, where LISTEN does not work).
     "USE_LISTEN_NOTIFY": True,
+    # The DATABASES alias the LISTEN connection uses; None: the worker's own. Behind
+    # PgBouncer in transaction mode, name an alias that reaches PostgreSQL directly
+    # (or through a session-mode pool) so idle workers still wake at once.
+    "LISTEN_DATABASE": None,
     # Run jobs inline at enqueue time (for tests); still validated and recorded.
     "EAGER": False,
 }
@@ -74,6 +78,7 @@ class ArcatureSettings:
     shutdown_timeout: float = DEFAULTS["SHUTDOWN_TIMEOUT"]
     default_queue: str = DEFAULTS["DEFAULT_QUEUE"]
     use_listen_notify: bool = DEFAULTS["USE_LISTEN_NOTIFY"]
+    listen_database: str | None = DEFAULTS["LISTEN_DATABASE"]
     eager: bool = DEFAULTS["EAGER"]
 
 
@@ -131,6 +136,10 @@ _RULES: dict[str, tuple[Any, str]] = {
         "a queue name of 1 to 100 characters (e.g. 'default')",
     ),
     "USE_LISTEN_NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
+    "LISTEN_DATABASE": (
+        lambda v: v is None or (isinstance(v, str) and v in settings.DATABASES),
+        "None or the name of an entry of DATABASES (e.g. 'listen')",
+    ),
     "EAGER": (lambda v: isinstance(v, bool), "True or False"),
 }
 
