@@ -18,7 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .core.retry import MAX_DELAY_SECONDS, RetryPolicy
 
-#: Defaults for every key of ``settings.ARCATURE``; documented in README.md.
+#: Defaults for every key of ``settings.ARCATURE``; documented in docs/reference/settings.md
+#: (whose table a docs build checks against this dict).
 DEFAULTS: dict[str, Any] = {
     # How long a claim lives without a heartbeat before the sweep may take it back.
     "LEASE_SECONDS": 30,

@@ -21,7 +21,7 @@ def check_settings(
     return [
         checks.Error(
             problem,
-            hint="See the Settings section of django-arcature's README.",
+            hint="See the settings reference: docs/reference/settings.md.",
             id="arcature.E001",
         )
         for problem in validate(getattr(settings, "ARCATURE", None))
@@ -64,7 +64,11 @@ def check_jobs_database(
 def check_databases(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """The job table's database must be one we support, in a mode that is safe for workers."""
+    """The job table's database must be one workers can use at all (W001, E002).
+
+    Whether SQLite's transaction mode suits several writers (W002) is a deployment
+    question, asked by ``checks.writers`` where it matters.
+    """
     return database_messages(settings.DATABASES, sqlite3.sqlite_version_info)
 
 
@@ -94,18 +98,6 @@ def database_messages(
                     "needs UPDATE … RETURNING (SQLite 3.35 or newer).",
                     hint="Use a Python built against a newer SQLite.",
                     id="arcature.E002",
-                )
-            )
-        options = config.get("OPTIONS", {}) or {}
-        if options.get("transaction_mode") != "IMMEDIATE":
-            messages.append(
-                checks.Warning(
-                    f"DATABASES[{alias!r}] uses SQLite's default DEFERRED transactions: "
-                    "with several worker processes, writes inside transaction.atomic() "
-                    "can fail with 'database is locked'.",
-                    hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = "
-                    "'IMMEDIATE' (and a 'timeout' of 20 or more).",
-                    id="arcature.W002",
                 )
             )
     return messages
