@@ -111,6 +111,10 @@ def test_chaos_every_job_ends_exactly_once(tmp_path: Path, fleet: list[FaultWork
             sigkills += 1
             start()
     for worker in fleet:
+        # A replacement started just now installs its SIGTERM handler as it starts.
+        started_by = time.monotonic() + 30
+        while worker.alive() and "started" not in worker.log and time.monotonic() < started_by:
+            time.sleep(0.05)
         if worker.alive():
             worker.proc.send_signal(signal.SIGTERM)
     for worker in fleet:
