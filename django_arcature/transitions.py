@@ -24,7 +24,14 @@ from django.dispatch import Signal
 from . import signals
 from .conf import MAX_LEASE_SECONDS, get_settings
 from .core.decide import ErrorKind as DecidedErrorKind
-from .core.text import UnstorableValue, clean_json, clean_text, truncate_for_storage
+from .core.text import (
+    DEFAULT_RESULT_MAX_BYTES,
+    UnstorableValue,
+    check_result_size,
+    clean_json,
+    clean_text,
+    truncate_for_storage,
+)
 from .db import DatabaseNow
 from .states import JobStatus
 
@@ -267,6 +274,12 @@ def whole_seconds(lease: float | timedelta) -> int:
     return round(seconds)
 
 
+def result_max_bytes(conf: Any) -> int:
+    """The result size limit: ``ARCATURE["MAX_PAYLOAD_BYTES"]`` where that setting exists."""
+    limit = getattr(conf, "max_payload_bytes", None)
+    return limit if isinstance(limit, int) and limit > 0 else DEFAULT_RESULT_MAX_BYTES
+
+
 def transition_fields(completion: Completion) -> dict[str, Any]:
     """The fields one fenced completion writes: its named transition, every value sanitized.
 
@@ -277,7 +290,9 @@ def transition_fields(completion: Completion) -> dict[str, Any]:
     """
     conf = get_settings()
     if completion.kind == "succeeded":
-        fields = succeeded_fields(clean_json(completion.result))
+        result = clean_json(completion.result)
+        check_result_size(result, result_max_bytes(conf))
+        fields = succeeded_fields(result)
     elif completion.kind == "retry":
         if completion.available_at is None:
             raise ValueError("a retry needs available_at")

@@ -6,6 +6,7 @@ backend) stores a message the same way on every database.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -106,3 +107,26 @@ def _clean(value: object, path: str, depth: int, limit: int | None) -> Any:
 
 #: Python refuses to print integers of more than 4300 digits (``sys.int_info``); stay under.
 _MAX_INT_BITS = 4300 * 3
+
+
+#: The largest result (as stored JSON) a job may return, in bytes, unless
+#: ``ARCATURE["MAX_PAYLOAD_BYTES"]`` says otherwise: the same bound as a job's arguments.
+#: MariaDB refuses a statement over ``max_allowed_packet`` (16 MiB by default) and drops
+#: the connection, which would look like an outage and be retried for ever.
+DEFAULT_RESULT_MAX_BYTES = 1024 * 1024
+
+
+def json_size(value: object) -> int:
+    """How many bytes ``value`` takes as compact JSON text (as near as the databases store it)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def check_result_size(value: object, max_bytes: int) -> int:
+    """The result's JSON size; :class:`UnstorableValue` if it is over ``max_bytes``."""
+    size = json_size(value)
+    if size > max_bytes:
+        raise UnstorableValue(
+            f"it is {size} bytes of JSON, over the limit of {max_bytes} "
+            "(ARCATURE['MAX_PAYLOAD_BYTES']); store large data elsewhere and return a reference"
+        )
+    return size

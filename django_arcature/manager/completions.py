@@ -29,6 +29,7 @@ from typing import Any
 
 from django.db import DataError, IntegrityError, transaction
 
+from django_arcature.core.text import json_size
 from django_arcature.db import driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.states import JobStatus
@@ -62,6 +63,12 @@ DATA_ERRORS: tuple[type[BaseException], ...] = (
 ClaimKey = tuple[uuid.UUID, uuid.UUID]
 
 
+#: Roughly how many bytes of values one batched statement may carry. MariaDB refuses
+#: a statement over ``max_allowed_packet`` (16 MiB by default) by dropping the
+#: connection, which would look like an outage and be retried for ever.
+STATEMENT_MAX_BYTES = 4 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class _Prepared:
     completion: Completion
@@ -70,6 +77,18 @@ class _Prepared:
     @property
     def key(self) -> ClaimKey:
         return (self.completion.job_id, self.completion.claim_token)
+
+    @property
+    def size(self) -> int:
+        """About how many bytes this row's values add to a statement."""
+        total = 0
+        for name in ("result", "attempt_log", "last_error", "last_traceback"):
+            value = self.fields.get(name)
+            if isinstance(value, str):
+                total += len(value) * 2
+            elif value is not None:
+                total += json_size(value)
+        return total
 
 
 class CompletionWrites(JobWriter):
@@ -321,24 +340,30 @@ class CompletionWrites(JobWriter):
         return result
 
 
-def _distinct_jobs(items: Sequence[_Prepared], size: int) -> Iterator[list[_Prepared]]:
-    """Chunks of at most ``size`` in which no job appears twice.
+def _distinct_jobs(
+    items: Sequence[_Prepared], size: int, max_bytes: int = STATEMENT_MAX_BYTES
+) -> Iterator[list[_Prepared]]:
+    """Chunks of at most ``size`` rows and about ``max_bytes``, no job twice in one.
 
     A driver reports the ids its statement changed; with one job twice in a
     statement (a stale and a fresh claim), the id could not say which claim's
-    row changed. The second claim goes in a later chunk instead.
+    row changed. The second claim goes in a later chunk instead. A chunk always
+    takes at least one row, however large.
     """
-    pending = list(items)
+    pending = [(item, item.size) for item in items]
     while pending:
         chunk: list[_Prepared] = []
         seen: set[uuid.UUID] = set()
-        rest: list[_Prepared] = []
-        for item in pending:
-            if len(chunk) < size and item.key[0] not in seen:
+        used = 0
+        rest: list[tuple[_Prepared, int]] = []
+        for item, weight in pending:
+            fits = not chunk or (len(chunk) < size and used + weight <= max_bytes)
+            if fits and item.key[0] not in seen:
                 chunk.append(item)
                 seen.add(item.key[0])
+                used += weight
             else:
-                rest.append(item)
+                rest.append((item, weight))
         yield chunk
         pending = rest
 

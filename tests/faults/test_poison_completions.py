@@ -279,3 +279,36 @@ def test_a_refused_result_does_not_stop_good_jobs_of_the_same_batch() -> None:
     assert statuses == ["dead", "succeeded", "succeeded", "succeeded", "succeeded"]
     results = [fresh(job_id).result for job_id in good]
     assert not [value for value in results if isinstance(value, float) and math.isnan(value)]
+
+
+def test_a_result_over_the_size_limit_ends_dead_saying_so(make_jobs: MakeJobs) -> None:
+    from django_arcature.core.text import DEFAULT_RESULT_MAX_BYTES
+
+    make_jobs(2)
+    small, big = claim_all(2)
+    Job.objects.complete_batch(
+        [success(small, "ok"), success(big, "x" * (DEFAULT_RESULT_MAX_BYTES + 1))]
+    )
+    assert fresh(small.id).status == "succeeded"
+    row = fresh(big.id)
+    assert (row.status, row.error_kind, row.result) == ("dead", "permanent", None)
+    assert "over the limit" in row.last_error
+
+
+def test_a_batch_larger_than_a_statement_may_be_is_written_in_parts(
+    make_jobs: MakeJobs, events: Recorder
+) -> None:
+    """20 results just under the limit: 18 MiB, more than MariaDB's 16 MiB max_allowed_packet."""
+    from django_arcature.core.text import DEFAULT_RESULT_MAX_BYTES
+
+    make_jobs(20)
+    claimed = claim_all(20)
+    events.clear()
+    payload = "y" * (DEFAULT_RESULT_MAX_BYTES - 1000)
+    # Each row's own value (equal values would be sent once, shared by every row).
+    outcomes = Job.objects.complete_batch(
+        [success(job, f"{n:02d}{payload}") for n, job in enumerate(claimed)]
+    )
+    assert outcomes == [ClaimTransition.UPDATED] * 20
+    assert Job.objects.filter(status="succeeded").count() == 20
+    assert events.names().count("job_succeeded") == 20
