@@ -196,10 +196,9 @@ class CompletionWrites(JobWriter):
             landed = _retry_on_lock_conflict(self.db, lambda: self._write(prepared, single))
         except DATA_ERRORS as exc:
             logger.warning(
-                "the database refused a batch of %d completion(s) (%s: %s); writing them "
+                "the database refused a batch of %d completion(s) (%s); writing them "
                 "one by one to find the refused row",
                 len(prepared),
-                type(exc).__name__,
                 _first_line(exc),
             )
             prepared, landed = _retry_on_lock_conflict(
