@@ -251,3 +251,20 @@ def test_heartbeat_cut(
     rows = dict(Job.objects.values_list("id", "attempts"))
     assert {rows[pk] for pk in rows} == {1}  # never swept, never re-run
     assert_exactly_once(ids, events_file)
+
+
+def test_refused_result_written_as_dead_with_its_acknowledgement_lost(
+    start_worker: StartWorker, proxy: FaultProxy, events_file: Path
+) -> None:
+    """The dead write that replaces a refused result lands, its answer is lost: one job_dead."""
+    ids = enqueue_jobs(6)
+    nan = str(Job.objects.enqueue("tests.faults.tasks.return_nan", backend="default").id)
+    rule = proxy.arm(Action.DROP_AFTER_COMMIT, b"could not be stored")
+    worker = start_worker("--burst", "--concurrency", "2", "--batch", "8", "--lease", str(LEASE))
+    assert worker.wait(90) == 0, worker.log[-4000:]
+    assert rule.fired.is_set()
+    assert_exactly_once(ids, events_file)
+    row = Job.objects.get(pk=nan)
+    assert (row.status, row.error_kind, row.attempts) == ("dead", "permanent", 1)
+    counts = event_counts(events_file)
+    assert (counts[("job_dead", nan)], counts[("job_claim_lost", nan)]) == (1, 0)
