@@ -22,13 +22,14 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
 from . import signals
-from .conf import MAX_LEASE_SECONDS, get_settings
+from .conf import MAX_LEASE_SECONDS, ArcatureSettings, get_settings
 from .core.decide import ErrorKind as DecidedErrorKind
 from .core.text import (
     DEFAULT_RESULT_MAX_BYTES,
     UnstorableValue,
     check_result_size,
     clean_json,
+    clean_json_sized,
     clean_text,
     truncate_for_storage,
 )
@@ -281,17 +282,27 @@ def result_max_bytes(conf: Any) -> int:
 
 
 def transition_fields(completion: Completion) -> dict[str, Any]:
+    """The fields one fenced completion writes (see :func:`transition_fields_sized`)."""
+    return transition_fields_sized(completion)[0]
+
+
+def transition_fields_sized(
+    completion: Completion, conf: ArcatureSettings | None = None
+) -> tuple[dict[str, Any], int]:
     """The fields one fenced completion writes: its named transition, every value sanitized.
 
     Texts are cleaned and cut to size (``core.text``), the result and the attempt
     log cleaned as JSON; the attempt log's last entry (this attempt's) carries
     the claim token (``CLAIM_MARKER``). Raises :class:`UnstorableValue` when a
     value cannot be stored at all (NaN, a huge int…): see :func:`refused_completion`.
+    Also returns about how many characters of values the fields carry. ``conf``
+    (read once for a whole batch) defaults to the current settings.
     """
-    conf = get_settings()
+    conf = conf or get_settings()
+    size = 0
     if completion.kind == "succeeded":
-        result = clean_json(completion.result)
-        check_result_size(result, result_max_bytes(conf))
+        result, size = clean_json_sized(completion.result)
+        check_result_size(result, result_max_bytes(conf), size)
         fields = succeeded_fields(result)
     elif completion.kind == "retry":
         if completion.available_at is None:
@@ -309,9 +320,15 @@ def transition_fields(completion: Completion) -> dict[str, Any]:
         )
     else:
         raise ValueError(f"unknown completion kind {completion.kind!r}")
+    if completion.kind != "succeeded":
+        size += len(fields["last_error"]) + len(fields["last_traceback"])
     if completion.attempt_log is not None:
-        log = clean_json(completion.attempt_log, max_text_bytes=conf.traceback_max_bytes)
+        log, log_size = clean_json_sized(
+            completion.attempt_log, max_text_bytes=conf.traceback_max_bytes
+        )
+        log = list(log)
         if log and isinstance(log[-1], dict):
             log[-1] = {**log[-1], CLAIM_MARKER: completion.claim_token.hex}
         fields["attempt_log"] = log
-    return fields
+        size += log_size + 48
+    return fields, size

@@ -63,14 +63,50 @@ def clean_text(text: str, max_bytes: int | None = None) -> str:
 
 
 def clean_json(value: object, *, max_text_bytes: int | None = None) -> Any:
-    """A copy of the JSON ``value`` with every string (and key) passed through ``clean_text``.
+    """The JSON ``value`` with every string (and key) passed through ``clean_text``.
 
     Numbers, booleans and None are kept as they are. Raises :class:`UnstorableValue`
     for what JSON cannot carry at all — NaN and infinities (refused by every
     database's JSON column), integers too long to print, nesting deeper than
     ``JSON_MAX_DEPTH``, non-JSON types — naming where in the value it sits.
     """
-    return _clean(value, "", 0, max_text_bytes)
+    return clean_json_sized(value, max_text_bytes=max_text_bytes)[0]
+
+
+#: One encoder for every check (``json.dumps`` with options builds a new one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def clean_json_sized(value: object, *, max_text_bytes: int | None = None) -> tuple[Any, int]:
+    """:func:`clean_json`, and about how many characters the value takes as JSON text.
+
+    The worker's hot path: the value is serialised once, in C; only a value that
+    needs cleaning (or is suspiciously deep, or has long strings to cut) is walked
+    and copied. A clean value comes back as it was given, not copied.
+    """
+    if value is None or isinstance(value, bool):
+        return value, 5
+    if (
+        isinstance(value, str)
+        and (max_text_bytes is None or len(value) * 4 <= max_text_bytes)
+        and _NEEDS_CLEANING.search(value) is None
+    ):
+        return value, len(value) + 2
+    try:
+        text = _ENCODER.encode(value)
+    except (ValueError, TypeError, RecursionError) as exc:
+        _clean(value, "", 0, max_text_bytes)  # names the culprit, if it can
+        raise UnstorableValue(str(exc) or type(exc).__name__) from None
+    clean = (
+        (max_text_bytes is None or len(text) * 4 <= max_text_bytes)
+        and "\\u0000" not in text
+        and _NEEDS_CLEANING.search(text) is None
+        and text.count("[") + text.count("{") <= JSON_MAX_DEPTH
+    )
+    if clean:
+        return value, len(text)
+    cleaned = _clean(value, "", 0, max_text_bytes)
+    return cleaned, len(_ENCODER.encode(cleaned))
 
 
 def _clean(value: object, path: str, depth: int, limit: int | None) -> Any:
@@ -94,7 +130,9 @@ def _clean(value: object, path: str, depth: int, limit: int | None) -> Any:
     if isinstance(value, dict):
         cleaned: dict[str, Any] = {}
         for key, item in value.items():
-            if not isinstance(key, str):
+            if isinstance(key, int | float | bool) or key is None:
+                key = json.dumps(key)  # as JSON writes a number, boolean or null key
+            elif not isinstance(key, str):
                 raise UnstorableValue(f"the key {key!r} at {path or 'top level'} is not a string")
             cleaned[clean_text(key, limit)] = _clean(item, f"{path}[{key!r}]", depth + 1, limit)
         return cleaned
@@ -121,12 +159,17 @@ def json_size(value: object) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def check_result_size(value: object, max_bytes: int) -> int:
-    """The result's JSON size; :class:`UnstorableValue` if it is over ``max_bytes``."""
+def check_result_size(value: object, max_bytes: int, chars: int | None = None) -> None:
+    """:class:`UnstorableValue` if the result is over ``max_bytes`` of JSON.
+
+    ``chars``, the length of its JSON text when known, spares serialising a value
+    that is clearly small (a character takes at most 4 bytes).
+    """
+    if chars is not None and chars * 4 <= max_bytes:
+        return
     size = json_size(value)
     if size > max_bytes:
         raise UnstorableValue(
             f"it is {size} bytes of JSON, over the limit of {max_bytes} "
             "(ARCATURE['MAX_PAYLOAD_BYTES']); store large data elsewhere and return a reference"
         )
-    return size

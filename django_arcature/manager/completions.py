@@ -29,7 +29,7 @@ from typing import Any
 
 from django.db import DataError, IntegrityError, transaction
 
-from django_arcature.core.text import json_size
+from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.db import driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.states import JobStatus
@@ -39,7 +39,7 @@ from django_arcature.transitions import (
     Written,
     announce,
     refused_completion,
-    transition_fields,
+    transition_fields_sized,
     wrote_claim,
 )
 
@@ -73,22 +73,17 @@ STATEMENT_MAX_BYTES = 4 * 1024 * 1024
 class _Prepared:
     completion: Completion
     fields: dict[str, Any]
+    #: About how many characters of values this row adds to a statement.
+    size: int = 0
+
+    @classmethod
+    def of(cls, completion: Completion, conf: ArcatureSettings | None = None) -> _Prepared:
+        fields, size = transition_fields_sized(completion, conf)
+        return cls(completion, fields, size)
 
     @property
     def key(self) -> ClaimKey:
         return (self.completion.job_id, self.completion.claim_token)
-
-    @property
-    def size(self) -> int:
-        """About how many bytes this row's values add to a statement."""
-        total = 0
-        for name in ("result", "attempt_log", "last_error", "last_traceback"):
-            value = self.fields.get(name)
-            if isinstance(value, str):
-                total += len(value) * 2
-            elif value is not None:
-                total += json_size(value)
-        return total
 
 
 class CompletionWrites(JobWriter):
@@ -189,7 +184,8 @@ class CompletionWrites(JobWriter):
         """
         if not completions:
             return []
-        prepared = [self._prepare(completion) for completion in completions]
+        conf = get_settings()  # once per batch: reading it costs more than a row's fields
+        prepared = [self._prepare(completion, conf) for completion in completions]
         driver = driver_for(self.db)
         single = not (batched and driver.supports_batch_completion())
         try:
@@ -216,15 +212,15 @@ class CompletionWrites(JobWriter):
             announce(self.model, item.completion, item.outcome)
         return written
 
-    def _prepare(self, completion: Completion) -> _Prepared:
+    def _prepare(self, completion: Completion, conf: ArcatureSettings) -> _Prepared:
         """The completion's fields; a value that can never be stored becomes a dead write."""
         try:
-            return _Prepared(completion, transition_fields(completion))
+            return _Prepared.of(completion, conf)
         except DATA_ERRORS as exc:
             if not _is_unstorable(exc):
                 raise  # a caller's mistake (unknown kind, retry without a time): say so
             replacement = refused_completion(completion, _first_line(exc))
-            return _Prepared(replacement, transition_fields(replacement))
+            return _Prepared.of(replacement)
 
     def _write(self, prepared: Sequence[_Prepared], single: bool) -> set[ClaimKey]:
         """All of ``prepared`` in one transaction; the claims whose rows changed."""
@@ -272,12 +268,12 @@ class CompletionWrites(JobWriter):
                         reason,
                     )
                 replacement = refused_completion(item.completion, reason)
-                instead = _Prepared(replacement, transition_fields(replacement))
+                instead = _Prepared.of(replacement)
                 try:
                     changed = self._write_row(instead)
                 except DATA_ERRORS:  # even the history is refused: keep the one before
                     bare = dataclasses.replace(replacement, attempt_log=None)
-                    instead = _Prepared(bare, transition_fields(bare))
+                    instead = _Prepared.of(bare)
                     changed = self._write_row(instead)
                 if changed:
                     landed.add(instead.key)
