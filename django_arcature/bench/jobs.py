@@ -12,4 +12,3 @@ TASK = "arcature.bench.noop"
 @job(name=TASK)
 def noop() -> None:
     """Does nothing, so only the queue's own cost is measured."""
-    return None

@@ -205,7 +205,7 @@ class Bench:
                 before = time.time()
                 pk = manager.enqueue(self.task, queue=self.queue).pk
                 enqueued.append((pk, before, time.time()))
-                self.wait_drained()
+            self.wait_drained()
         finally:
             self.stop_workers()
         started = {
