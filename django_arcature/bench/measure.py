@@ -82,7 +82,7 @@ class Bench:
 
     def clear(self) -> int:
         """Delete the benchmark's own rows (its task, in its queue) and nothing else."""
-        deleted, _ = self.jobs().filter(task_name=self.task).delete()
+        deleted: int = self.jobs().filter(task_name=self.task).delete()[0]
         return deleted
 
     # -- enqueue ------------------------------------------------------------------------
@@ -189,7 +189,7 @@ class Bench:
             self.stop_workers()
         self._check_all_succeeded(count)
         span = self.jobs().aggregate(first=Min("started_at"), last=Max("finished_at"))
-        seconds = max((span["last"] - span["first"]).total_seconds(), 1e-6)
+        seconds: float = max((span["last"] - span["first"]).total_seconds(), 1e-6)
         return count / seconds
 
     def pickup(self, samples: int, settle: float = 1.0) -> dict[str, float]:

@@ -32,7 +32,7 @@ class KeepingTransport(Transport):
         for item in envelope.items:
             event = item.get_event()
             if event is not None:
-                self.events.append(event)
+                self.events.append(dict(event))
 
 
 @pytest.fixture

@@ -55,14 +55,14 @@ class Sample:
 
 def bounded_count(queryset: QuerySet[Any], limit: int) -> tuple[int, bool]:
     """Exact count up to ``limit``, else the planner's estimate; (count, is_estimate)."""
-    from django_arcature.dialects import estimate_rows
+    from django_arcature.db import driver_for
 
     unordered = queryset.order_by()
     bounded = unordered[: limit + 1].count()
     if bounded <= limit:
         return bounded, False
     sql, params = unordered.query.sql_with_params()
-    estimate = estimate_rows(unordered.db, sql, params)
+    estimate = driver_for(unordered.db).estimate_rows(sql, params)
     if estimate is None:  # SQLite keeps no estimate
         return unordered.count(), False
     return max(estimate, bounded), True
@@ -141,7 +141,7 @@ class QueueCollector(Collector):
             return self._sample
 
     def _take(self) -> Sample:
-        from django_arcature.dialects import DatabaseNow
+        from django_arcature.db import DatabaseNow
         from django_arcature.models import Job, JobStatus
 
         started = time.perf_counter()

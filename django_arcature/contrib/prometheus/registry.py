@@ -32,7 +32,7 @@ def serving_registry(using: str = "default") -> CollectorRegistry:
     plus the database-sampled queue gauges."""
     if multiprocess_enabled():
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         registry.register(queue_collector(using))
         return registry
     if using not in _default_registered:
