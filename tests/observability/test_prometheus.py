@@ -75,8 +75,9 @@ def test_worker_counters_histograms_and_queue_gauges(start_worker: Any) -> None:
     port = free_port()
     worker = start_worker("--queue", "default", "--metrics-port", str(port))
     wait_until(finished, what="the default queue to drain")
-    # Outcomes are counted when written; give the last batch's write a moment.
-    deadline = time.monotonic() + 10
+    # Outcomes are counted when written (give the last batch's write a moment), and
+    # the gauges are sampled at most every 5 seconds: scrape until both are current.
+    deadline = time.monotonic() + 15
     while True:
         samples = scrape(port)
         done = value(
@@ -87,9 +88,10 @@ def test_worker_counters_histograms_and_queue_gauges(start_worker: Any) -> None:
             outcome="succeeded",
             error_kind="",
         )
-        if done == 5 or time.monotonic() > deadline:
+        ready = value(samples, "arcature_queue_ready_jobs", queue="default")
+        if (done == 5 and ready == 0) or time.monotonic() > deadline:
             break
-        time.sleep(0.1)
+        time.sleep(0.2)
     add = {"queue": "default", "task": "tests.add"}
     flaky = {"queue": "default", "task": "tests.flaky_once"}
     assert value(samples, "arcature_jobs_started_total", **add) == 5

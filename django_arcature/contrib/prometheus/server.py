@@ -83,7 +83,7 @@ class MetricsServer:
     def _try_bind(self) -> bool:
         try:
             server, _thread = start_http_server(
-                self.port, addr=self.addr, registry=serving_registry(self.using)
+                self.port, addr=self.addr or "0.0.0.0", registry=serving_registry(self.using)
             )
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
