@@ -7,9 +7,11 @@ import logging
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.worker import Worker
 
@@ -140,12 +142,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--database",
-            default="default",
-            help='The database alias holding the job table. Default: "default".',
+            default=None,
+            help='The database alias holding the job table. Default: ARCATURE["DATABASE"], '
+            'else "default".',
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
+        self._warn_about_sqlite_writers(options["database"])
         try:
             worker = Worker(
                 queues=options["queues"],
@@ -162,7 +166,7 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        metrics = self._start_metrics(options)
+        metrics = self._start_metrics(options, worker.using)
         try:
             status = worker.run()
         finally:
@@ -171,7 +175,7 @@ class Command(BaseCommand):
         if status:
             raise SystemExit(status)
 
-    def _start_metrics(self, options: dict[str, Any]) -> Any:
+    def _start_metrics(self, options: dict[str, Any], using: str) -> Any:
         """The metrics server, serving before the first claim; None without --metrics-port."""
         if options["metrics_port"] is None:
             return None
@@ -182,14 +186,22 @@ class Command(BaseCommand):
                 f"--metrics-port needs prometheus-client ({exc}); "
                 "pip install 'django-arcature[prometheus]'"
             ) from exc
-        server = MetricsServer(
-            options["metrics_port"], options["metrics_addr"], using=options["database"]
-        )
+        server = MetricsServer(options["metrics_port"], options["metrics_addr"], using=using)
         try:
             server.start()
         except (MetricsPortInUse, OSError) as exc:
             raise CommandError(str(exc)) from exc
         return server
+
+    def _warn_about_sqlite_writers(self, alias: str) -> None:
+        """arcature.W002 here, not on every command: a running worker is the second writer."""
+        database = settings.DATABASES.get(alias)
+        if database is None:
+            return  # the Worker refuses an unknown alias with its own message
+        for message in writer_messages({alias: database}):
+            self.stderr.write(
+                self.style.WARNING(f"({message.id}) {message.msg}\n\tHINT: {message.hint}")
+            )
 
     def _configure_logging(self, verbosity: int) -> None:
         """Show progress unless the project already routes django_arcature's logs."""
