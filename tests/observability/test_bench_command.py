@@ -19,7 +19,7 @@ from django_arcature.bench.jobs import TASK
 from django_arcature.models import Job, JobStatus
 from tests.dburl import database_url
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 REPO = Path(__file__).resolve().parents[2]
 
