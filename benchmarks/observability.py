@@ -54,6 +54,7 @@ def measure(db: str, jobs: int, repeat: int) -> dict[str, Any]:
 
     call_command("migrate", verbosity=0)
     rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    cpu: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     for _ in range(repeat):
         for variant in VARIANTS:
             command = [sys.executable, "-m", "django_arcature.bench.worker"]
@@ -68,10 +69,21 @@ def measure(db: str, jobs: int, repeat: int) -> dict[str, Any]:
             bench = Bench(task=TASK, worker_command=command, env=env, cwd=ROOT)
             bench.check_scratch()
             rates[variant].append(bench.drain(jobs, 1))
+            if bench.cpu_us_per_job is not None:
+                cpu[variant].append(bench.cpu_us_per_job)
             bench.clear()
     otel.uninstall()
     medians = {variant: statistics.median(values) for variant, values in rates.items()}
-    return {"db": db, "jobs": jobs, "repeat": repeat, "rates": rates, "median": medians}
+    cpu_medians = {variant: statistics.median(values) for variant, values in cpu.items() if values}
+    return {
+        "db": db,
+        "jobs": jobs,
+        "repeat": repeat,
+        "rates": rates,
+        "median": medians,
+        "cpu_us_per_job": cpu,
+        "cpu_median": cpu_medians,
+    }
 
 
 def main() -> None:
@@ -82,11 +94,20 @@ def main() -> None:
     options = parser.parse_args()
     result = measure(options.db, options.jobs, options.repeat)
     plain = result["median"]["plain"]
+    plain_cpu = result["cpu_median"].get("plain")
     print(json.dumps(result))
-    print(f"| variant | drain (1 process, {options.db}) | vs plain |")
-    print("|---|---|---|")
+    print(
+        f"| variant | drain (1 process, {options.db}) | vs plain | worker CPU per job | vs plain |"
+    )
+    print("|---|---|---|---|---|")
     for variant, rate in result["median"].items():
-        print(f"| {variant} | {rate:,.0f} jobs/s | {(rate / plain - 1) * 100:+.1f}% |")
+        cpu = result["cpu_median"].get(variant)
+        cpu_text = f"{cpu:,.0f} µs" if cpu is not None else "-"
+        cpu_delta = f"{(cpu / plain_cpu - 1) * 100:+.1f}%" if cpu and plain_cpu else "-"
+        print(
+            f"| {variant} | {rate:,.0f} jobs/s | {(rate / plain - 1) * 100:+.1f}% "
+            f"| {cpu_text} | {cpu_delta} |"
+        )
 
 
 if __name__ == "__main__":

@@ -59,6 +59,10 @@ class Bench:
     cwd: Path | None = None
     start_timeout: float = 60.0
     workers: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    #: CPU time the worker processes spent per job in the last :meth:`drain`, in
+    #: microseconds (Linux only; None elsewhere). Less sensitive to a busy machine
+    #: than the rate, so it is the better figure for comparing worker variants.
+    cpu_us_per_job: float | None = None
 
     # -- the scratch queue ------------------------------------------------------------
 
@@ -183,14 +187,33 @@ class Bench:
         self.clear()
         self.start_workers(processes)
         try:
+            cpu_before = self._workers_cpu()
             self._manager().enqueue_many(self.task, [()] * count, queue=self.queue)
             self.wait_drained()
+            cpu_after = self._workers_cpu()
         finally:
             self.stop_workers()
+        self.cpu_us_per_job = (
+            (cpu_after - cpu_before) * 1e6 / count
+            if cpu_before is not None and cpu_after is not None
+            else None
+        )
         self._check_all_succeeded(count)
         span = self.jobs().aggregate(first=Min("started_at"), last=Max("finished_at"))
         seconds: float = max((span["last"] - span["first"]).total_seconds(), 1e-6)
         return count / seconds
+
+    def _workers_cpu(self) -> float | None:
+        """User + system CPU seconds of the worker processes so far (from /proc)."""
+        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        total = 0.0
+        for proc, _ in self.workers:
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                return None
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        return total
 
     def pickup(self, samples: int, settle: float = 1.0) -> dict[str, float]:
         """Idle pickup latency in milliseconds: p50/p95 from the enqueue call and its commit."""
