@@ -7,12 +7,9 @@ look like a success to anyone listening.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.dispatch import Signal
-
-logger = logging.getLogger(__name__)
 
 #: A job row was inserted. kwargs: ``job``.
 job_enqueued = Signal()
@@ -56,18 +53,10 @@ def notify(signal: Signal, sender: type[Any], **kwargs: Any) -> list[tuple[Any, 
     """Send an observer event; a receiver that raises is logged, never propagated.
 
     Metrics, tracing and error reporting must not be able to break the write
-    path or the worker: the event is sent after the write, and a failing
-    receiver cannot undo it.
+    path or the worker. ``send_robust`` logs a failing receiver's exception
+    with its traceback (logger ``django.dispatch``) and returns it in place of
+    its response.
     """
     if not signal.has_listeners(sender):
         return []
-    responses = signal.send_robust(sender, **kwargs)
-    for receiver, response in responses:
-        if isinstance(response, Exception):
-            logger.error(
-                "observer %r failed: %s",
-                receiver,
-                response,
-                exc_info=(type(response), response, response.__traceback__),
-            )
-    return responses
+    return signal.send_robust(sender, **kwargs)
