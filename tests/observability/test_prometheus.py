@@ -179,6 +179,7 @@ def test_bounded_counts_past_the_limit_use_the_estimate_or_count_exactly() -> No
         assert line.ready == 30
 
 
+@pytest.mark.heavy
 def test_several_workers_on_one_host_share_one_port_in_multiprocess_mode(
     start_worker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
