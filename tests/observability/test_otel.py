@@ -114,6 +114,31 @@ def test_a_trace_runs_from_the_request_into_each_attempt_in_the_worker(
     assert len(consumed) == 5
 
 
+def test_a_handlers_own_spans_nest_under_its_attempt(
+    exporter: tuple[InMemorySpanExporter, TracerProvider],
+    start_worker: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jobs = {
+        "inside sync": Job.objects.enqueue("tests.traced_sync"),
+        "inside async": Job.objects.enqueue("tests.traced_async"),
+    }
+    spans_file = tmp_path / "worker-spans.jsonl"
+    monkeypatch.setenv("ARCATURE_TEST_SPANS", str(spans_file))
+    worker = start_worker("--burst")
+    assert worker.wait(60) == 0, worker.log
+    spans = worker_spans(spans_file)
+    consumers = {
+        s["attributes"]["messaging.message.id"]: s for s in spans if s["kind"] == "CONSUMER"
+    }
+    for name, job in jobs.items():
+        [inner] = [s for s in spans if s["name"] == name]
+        attempt = consumers[str(job.pk)]
+        assert inner["parent_id"] == attempt["span_id"], name
+        assert inner["trace_id"] == attempt["trace_id"], name
+
+
 def test_an_enqueue_rolled_back_is_never_reported_as_sent(
     exporter: tuple[InMemorySpanExporter, TracerProvider],
 ) -> None:

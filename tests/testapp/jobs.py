@@ -103,3 +103,20 @@ def log_progress(step: str) -> str:
 
     logging.getLogger("tests.jobs").info("working on %s", step)
     return step
+
+
+@job(name="tests.traced_sync")
+def traced_sync() -> str:
+    """Opens a span of its own: it should nest under the attempt's consumer span."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("inside sync"):
+        return "traced"
+
+
+@job(name="tests.traced_async")
+async def traced_async() -> str:
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("inside async"):
+        return "traced"

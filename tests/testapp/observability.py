@@ -34,6 +34,7 @@ def span_record(span: Any) -> dict[str, Any]:
 
 
 if _path:
+    from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -44,6 +45,7 @@ if _path:
     _provider = TracerProvider()
     _provider.add_span_processor(SimpleSpanProcessor(_exporter))
     otel.install(tracer_provider=_provider)
+    trace.set_tracer_provider(_provider)  # what handlers' own tracers use
 
     @atexit.register
     def _dump() -> None:
