@@ -123,6 +123,7 @@ def test_a_handlers_own_spans_nest_under_its_attempt(
     jobs = {
         "inside sync": Job.objects.enqueue("tests.traced_sync"),
         "inside async": Job.objects.enqueue("tests.traced_async"),
+        "inside timed": Job.objects.enqueue("tests.traced_timed"),
     }
     spans_file = tmp_path / "worker-spans.jsonl"
     monkeypatch.setenv("ARCATURE_TEST_SPANS", str(spans_file))

@@ -120,3 +120,12 @@ async def traced_async() -> str:
 
     with trace.get_tracer("tests").start_as_current_span("inside async"):
         return "traced"
+
+
+@job(name="tests.traced_timed", timeout=30)
+def traced_timed() -> str:
+    """Runs on the timeout's own thread: the span context must follow it there."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("inside timed"):
+        return "traced"
