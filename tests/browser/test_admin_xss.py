@@ -80,7 +80,9 @@ def hostile_jobs() -> dict[str, uuid.UUID]:
         attempt_log=log,
     )
     jobs["succeeded"] = done.pk
-    running = Job.objects.enqueue("tests.fail_permanently", kwargs={"reason": EVERYTHING}, queue=QUEUE)
+    running = Job.objects.enqueue(
+        "tests.fail_permanently", kwargs={"reason": EVERYTHING}, queue=QUEUE
+    )
     Job.objects.claim(WORKER, lease=60, batch=1, queues=[QUEUE])
     jobs["running"] = running.pk
     pending = Job.objects.enqueue(

@@ -38,13 +38,11 @@ pytestmark = pytest.mark.django_db
 
 
 def kill(job_id: uuid.UUID, worker: str = "w-old") -> None:
-    """Claim the job and let it die under that claim, with an attempt-log entry as a worker writes."""
+    """Claim the job and let it die under that claim, logging the attempt as a worker does."""
     claimed = Job.objects.claim_job(job_id, worker, lease=60)
     assert claimed is not None
     log = [*claimed.attempt_log, {"worker": worker, "error": None}]
-    Job.objects.mark_dead(
-        job_id, claimed.claim_token, ErrorKind.PERMANENT, "no", attempt_log=log
-    )
+    Job.objects.mark_dead(job_id, claimed.claim_token, ErrorKind.PERMANENT, "no", attempt_log=log)
 
 
 def test_requeue_starts_a_new_life() -> None:

@@ -166,7 +166,9 @@ class ManagerModel(RuleBasedStateMachine):
             max_attempts=max_attempts,
             delay=3600 if delayed else None,
         )
-        self.jobs[job.pk] = ModelJob(job.pk, self.next_seq(), priority, max_attempts, due=not delayed)
+        self.jobs[job.pk] = ModelJob(
+            job.pk, self.next_seq(), priority, max_attempts, due=not delayed
+        )
         self.expect("job_enqueued", job.pk)
 
     @rule(key=st.sampled_from(KEYS), priority=st.integers(-2, 2), delayed=st.booleans())
@@ -179,7 +181,9 @@ class ManagerModel(RuleBasedStateMachine):
             assert job.pk == holder.id, "a live job holds the key: the enqueue returns it"
             return
         assert job.pk not in self.jobs
-        self.jobs[job.pk] = ModelJob(job.pk, self.next_seq(), priority, 3, unique_key=key, due=not delayed)
+        self.jobs[job.pk] = ModelJob(
+            job.pk, self.next_seq(), priority, 3, unique_key=key, due=not delayed
+        )
         self.expect("job_enqueued", job.pk)
 
     @rule(account=st.integers(0, 2))
@@ -460,4 +464,3 @@ def test_the_manager_behaves_like_its_model() -> None:
     after = TALLY[TALLY_NAME]
     assert after["examples"] > before["examples"]
     assert after["steps"] > before["steps"]
-
