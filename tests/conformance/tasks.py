@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_arcature.tasks_compat import TaskContext, task
+from django_arcature.tasks.compat import TaskContext, task
 
 
 @task()

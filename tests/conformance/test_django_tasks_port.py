@@ -87,9 +87,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_arcature.backend import ArcatureBackend, task_overrides
-from django_arcature.dispatch import process
 from django_arcature.models import Job
-from django_arcature.tasks_compat import (
+from django_arcature.tasks.compat import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
@@ -100,6 +99,7 @@ from django_arcature.tasks_compat import (
     task,
     task_backends,
 )
+from django_arcature.worker.dispatch import process
 from tests.conformance import tasks as judged
 
 pytestmark = pytest.mark.django_db

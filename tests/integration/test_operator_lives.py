@@ -28,9 +28,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_arcature.backend import task_overrides
-from django_arcature.dispatch import process
 from django_arcature.models import ErrorKind, Job, JobStatus
 from django_arcature.testing import run_job
+from django_arcature.worker.dispatch import process
 from tests.integration import backend_tasks as tasks
 from tests.integration.api_jobs import unique_sync
 
@@ -163,7 +163,6 @@ def test_the_admin_says_why_a_requeue_was_refused() -> None:
     )
     texts = [str(m) for m in response.context["messages"]]
     assert texts == [
-        "Requeued 0 jobs. Skipped 1 job: 1 a live job holds its unique key "
-        "(only dead jobs can be requeued)."
+        "Skipped 1 job: 1 whose unique key a live job now holds (only dead jobs can be requeued)."
     ]
     assert Job.objects.get(pk=old.pk).status == JobStatus.DEAD

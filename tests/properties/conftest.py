@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci",
-    max_examples=12,
-    stateful_step_count=30,
+    max_examples=40,
+    stateful_step_count=40,
     deadline=None,
     derandomize=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
