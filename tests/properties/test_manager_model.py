@@ -286,7 +286,7 @@ class ManagerModel(RuleBasedStateMachine):
     @precondition(lambda self: self.claims)
     @rule(data=st.data())
     def complete_batch(self, data: st.DataObject) -> None:
-        """Several claims (current and stale, maybe two of one job) completed together."""
+        """Several claims (current and stale) completed together, batched or in one transaction."""
         chosen = data.draw(
             st.lists(
                 st.sampled_from(self.claims),
@@ -305,7 +305,10 @@ class ManagerModel(RuleBasedStateMachine):
         ]
         completions = [self._completion(claim, kind, due) for claim, kind, due in plans]
         landing = [self.current(claim) for claim in chosen]
-        outcomes = Job.objects.complete_batch(completions)
+        if data.draw(st.booleans(), label="one statement per outcome (complete_batch)"):
+            outcomes = Job.objects.complete_batch(completions)
+        else:
+            outcomes = Job.objects.complete_many(completions)
         expected = [ClaimTransition.UPDATED if ok else ClaimTransition.LOST for ok in landing]
         assert outcomes == expected
         for (claim, _kind, due), completion, ok in zip(plans, completions, landing, strict=True):
@@ -325,6 +328,61 @@ class ManagerModel(RuleBasedStateMachine):
             self.jobs[claim.job_id].lease_aged = False
         else:
             self.fenced_out(claim, "heartbeat")
+
+    @precondition(lambda self: self.claims)
+    @rule(data=st.data())
+    def heartbeat_many(self, data: st.DataObject) -> None:
+        chosen = data.draw(
+            st.lists(
+                st.sampled_from(self.claims),
+                min_size=1,
+                max_size=4,
+                unique_by=(lambda c: c.job_id) if ONE_CLAIM_PER_JOB_IN_A_BATCH else id,
+            )
+        )
+        current = [self.current(claim) for claim in chosen]
+        lost = Job.objects.heartbeat_many([(c.job_id, c.token) for c in chosen], lease=60)
+        assert lost == {c.job_id for c, ok in zip(chosen, current, strict=True) if not ok}
+        for claim, ok in zip(chosen, current, strict=True):
+            if ok:
+                self.jobs[claim.job_id].lease_aged = False
+            else:
+                self.fenced_out(claim, "heartbeat")
+
+    @precondition(lambda self: self.claims)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        """Graceful shutdown hands a running job back without using up its attempt."""
+        claim = self.pick(data, self.claims)
+        ok = self.current(claim)
+        outcome = Job.objects.release(claim.job_id, claim.token)
+        assert outcome is (ClaimTransition.UPDATED if ok else ClaimTransition.LOST)
+        if not ok:
+            self.fenced_out(claim, "release")
+            return
+        job = self.jobs[claim.job_id]
+        self.finish(job, JobStatus.PENDING)
+        job.attempts -= 1
+        job.due = True
+        self.claims.remove(claim)
+        self.expect("job_released", job.id)
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def claim_one_job(self, data: st.DataObject) -> None:
+        """Claim a chosen job whatever its availability (eager mode, testing.run_job)."""
+        job = self.pick(data, sorted(self.jobs.values(), key=lambda j: j.seq))
+        claimed = Job.objects.claim_job(job.id, "model-worker", lease=60)
+        if job.status != JobStatus.PENDING:
+            assert claimed is None
+            return
+        assert claimed is not None
+        assert claimed.attempts == job.attempts + 1
+        job.status = JobStatus.RUNNING
+        job.attempts += 1
+        job.token = claimed.claim_token
+        job.lease_aged = False
+        self.claims.append(Claim(job.id, claimed.claim_token))
 
     # --- time and recovery ---------------------------------------------------------------
 
