@@ -50,7 +50,7 @@ from django_arcature.models import Job, JobStatus
 from tests.integration.api_jobs import unique_sync
 from tests.properties.conftest import TALLY
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
 
 LIVE = {JobStatus.PENDING, JobStatus.RUNNING}
 FINISHED = {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}
