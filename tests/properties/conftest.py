@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci",
-    max_examples=40,
+    max_examples=80,
     stateful_step_count=40,
     deadline=None,
     derandomize=False,

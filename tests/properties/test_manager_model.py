@@ -371,7 +371,9 @@ class ManagerModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def claim_one_job(self, data: st.DataObject) -> None:
         """Claim a chosen job whatever its availability (eager mode, testing.run_job)."""
-        job = self.pick(data, sorted(self.jobs.values(), key=lambda j: j.seq))
+        self.claim_one_job_by_id(self.pick(data, sorted(self.jobs.values(), key=lambda j: j.seq)))
+
+    def claim_one_job_by_id(self, job: ModelJob) -> None:
         claimed = Job.objects.claim_job(job.id, "model-worker", lease=60)
         if job.status != JobStatus.PENDING:
             assert claimed is None
@@ -396,6 +398,20 @@ class ManagerModel(RuleBasedStateMachine):
         job = self.pick(data, running)
         Job.objects.filter(pk=job.id).update(lease_expires_at=F("locked_at") - timedelta(days=1))
         job.lease_aged = True
+
+    @precondition(lambda self: any(j.status == JobStatus.RUNNING for j in self.jobs.values()))
+    @rule(data=st.data())
+    def another_worker_takes_over(self, data: st.DataObject) -> None:
+        """A worker stalls, the sweep returns its job, another worker claims it at once.
+
+        The three steps the rules above can also reach one by one, in one step, so
+        that short programs often hold a stale and a current claim of one job.
+        """
+        self.lease_expires(data)
+        self.sweep()
+        taken = [j for j in self.jobs.values() if j.status == JobStatus.PENDING and j.due]
+        if taken:
+            self.claim_one_job_by_id(min(taken, key=lambda j: j.seq))
 
     @rule()
     def sweep(self) -> None:
