@@ -25,7 +25,7 @@ from django.contrib.auth.models import User
 from django_arcature.models import ErrorKind, Job
 from tests.browser.test_admin_browser import PASSWORD, browser, login
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
 
 __all__ = ["browser"]  # the fixture, imported for this module's tests
 
