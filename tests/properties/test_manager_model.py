@@ -342,7 +342,11 @@ class ManagerModel(RuleBasedStateMachine):
         )
         current = [self.current(claim) for claim in chosen]
         lost = Job.objects.heartbeat_many([(c.job_id, c.token) for c in chosen], lease=60)
-        assert lost == {c.job_id for c, ok in zip(chosen, current, strict=True) if not ok}
+        expected = {(c.job_id, c.token) for c, ok in zip(chosen, current, strict=True) if not ok}
+        if all(isinstance(item, tuple) for item in lost):  # lost claims, as (id, token)
+            assert lost == expected
+        else:  # the older form: the ids of the lost claims
+            assert lost == {job_id for job_id, _ in expected}
         for claim, ok in zip(chosen, current, strict=True):
             if ok:
                 self.jobs[claim.job_id].lease_aged = False
