@@ -93,6 +93,6 @@ clean:
 soak: venv databases
 	$(PY) -m pip install -q mysqlclient
 	for db in sqlite postgres mysql; do \
-	  HYPOTHESIS_PROFILE=soak ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -p no:cacheprovider \
+	  ARCATURE_SOAK=1 HYPOTHESIS_PROFILE=soak ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -p no:cacheprovider \
 	    tests/properties || exit 1; \
 	done

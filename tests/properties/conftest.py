@@ -1,8 +1,8 @@
 """Hypothesis profiles for the property-based suites, and a per-database tally of what ran.
 
 ``ci`` (the default) keeps each database's run to seconds, to fit the CI budget;
-``soak`` (``HYPOTHESIS_PROFILE=soak``, what ``make soak`` sets) runs far more
-examples and longer programs. The tally is printed at the end of the run, so a
+``soak`` (``HYPOTHESIS_PROFILE=soak`` or ``ARCATURE_SOAK=1``, which ``make soak``
+sets) runs far more examples and longer programs. The tally is printed at the end of the run, so a
 CI log says how many examples and steps each database actually went through.
 """
 
@@ -32,14 +32,18 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+#: ``ARCATURE_SOAK=1`` is the switch the other long suites (chaos, faults) share.
+PROFILE = (
+    "soak" if os.environ.get("ARCATURE_SOAK") == "1" else os.environ.get("HYPOTHESIS_PROFILE", "ci")
+)
+settings.load_profile(PROFILE)
 
 #: name of a property suite → Counter({"examples": n, "steps": n}), filled in by the suites.
 TALLY: dict[str, Counter[str]] = {}
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+    profile = PROFILE
     for name, counts in sorted(TALLY.items()):
         terminalreporter.write_line(
             f"hypothesis [{profile}] {name} on {connection.vendor}: "
