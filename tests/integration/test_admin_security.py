@@ -45,6 +45,13 @@ USERS: dict[str, tuple[str, ...] | None] = {
     "runner": ("view_job", "run_job_now"),
     "operators-without-view": OPERATOR_PERMS,
     "full": ("view_job", *OPERATOR_PERMS),
+    "not-staff-full": ("view_job", *OPERATOR_PERMS),
+    "inactive-full": ("view_job", *OPERATOR_PERMS),
+}
+#: Users holding every permission whom the admin must still treat as logged out.
+NOT_ADMIN: dict[str, dict[str, bool]] = {
+    "not-staff-full": {"is_staff": False},
+    "inactive-full": {"is_active": False},
 }
 #: What each operation changes, and the permission it needs.
 ACTIONS = {
@@ -100,12 +107,21 @@ def client_as(name: str) -> Client:
     codenames = USERS[name]
     client = Client()
     if codenames is not None:
-        client.force_login(staff(name, *codenames))
+        user = staff(name, *codenames)
+        for flag, value in NOT_ADMIN.get(name, {}).items():
+            setattr(user, flag, value)
+        user.save()
+        client.force_login(user)
     return client
 
 
+def logged_out(name: str) -> bool:
+    """Anonymous, or a user the admin does not let in (not staff, or inactive)."""
+    return USERS[name] is None or name in NOT_ADMIN
+
+
 def holds(name: str, codename: str) -> bool:
-    return codename in (USERS[name] or ())
+    return not logged_out(name) and codename in (USERS[name] or ())
 
 
 def can_view(name: str) -> bool:
@@ -139,7 +155,7 @@ def test_every_page_answers_as_the_users_permissions_say(user: str, world: World
     client = client_as(user)
     for name, url in pages(world).items():
         response = client.get(url)
-        if USERS[user] is None:
+        if logged_out(user):
             expect_login_redirect(response)
         elif name == "app index":
             # Django answers 404 for an app the user may not see anything of.
@@ -160,13 +176,13 @@ def test_nobody_adds_edits_or_deletes_jobs_by_hand(user: str, world: World) -> N
     ]
     for url in urls:
         for response in (client.get(url), client.post(url, {"post": "yes"})):
-            if USERS[user] is None:
+            if logged_out(user):
                 expect_login_redirect(response)
             else:
                 assert response.status_code == 403, url
     edit = reverse("admin:django_arcature_job_change", args=[world.dead])
     response = client.post(edit, {"status": "pending", "attempts": "0"})
-    if USERS[user] is None:
+    if logged_out(user):
         expect_login_redirect(response)
     else:
         assert response.status_code == 403
@@ -203,7 +219,7 @@ def test_list_actions_change_jobs_only_with_their_permission(
     response = post_action(client, url, action, world.ids)
     after = snapshot()
     changed = {key for key in before if before[key] != after.get(key)}
-    if USERS[user] is None:
+    if logged_out(user):
         expect_login_redirect(response)
     elif not can_view(user):
         assert response.status_code == 403
@@ -224,9 +240,12 @@ def test_list_actions_change_jobs_only_with_their_permission(
 
 @pytest.mark.parametrize("user", list(USERS))
 def test_the_list_offers_exactly_the_permitted_actions(user: str, world: World) -> None:
+    page = client_as(user).get(reverse("admin:django_arcature_job_changelist"))
     if not can_view(user):
-        return  # covered by the page matrix: no list at all
-    content = client_as(user).get(reverse("admin:django_arcature_job_changelist")).content
+        assert page.status_code in (302, 403)  # no list, so no actions either
+        assert b'name="action"' not in page.content
+        return
+    content = page.content
     offered = set(re.findall(rb'<option value="([a-z_]+)"', content)) - {b""}
     assert offered == {a.encode() for a, perm in ACTIONS.items() if holds(user, perm)}
 
@@ -246,7 +265,7 @@ def test_buttons_change_a_job_only_with_their_permission(
     url = reverse(f"admin:django_arcature_{page}_{operation}", args=[fitting])
     before = snapshot()
     got = client.get(url)
-    if USERS[user] is None:
+    if logged_out(user):
         expect_login_redirect(got)
     else:
         assert got.status_code == 405, "a button never acts on a GET"
@@ -254,7 +273,7 @@ def test_buttons_change_a_job_only_with_their_permission(
     response = client.post(url)
     after = snapshot()
     changed = {key for key in before if before[key] != after.get(key)}
-    if USERS[user] is None:
+    if logged_out(user):
         expect_login_redirect(response)
     elif not can_view(user):
         assert response.status_code == 403
@@ -269,9 +288,12 @@ def test_buttons_change_a_job_only_with_their_permission(
 
 @pytest.mark.parametrize("user", list(USERS))
 def test_the_detail_page_shows_only_permitted_fitting_buttons(user: str, world: World) -> None:
-    if not can_view(user):
-        return
     client = client_as(user)
+    if not can_view(user):
+        page = client.get(reverse("admin:django_arcature_job_change", args=[world.dead]))
+        assert page.status_code in (302, 403)
+        assert b"arcature-button" not in page.content
+        return
     for job_id, fits in (
         (world.running, "cancel"),
         (world.dead, "requeue"),
