@@ -13,7 +13,7 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo-venv demo test test-quick lint docs databases bench clean
+.PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties clean
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
