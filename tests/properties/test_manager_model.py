@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -47,6 +47,8 @@ from hypothesis.stateful import (
 from django_arcature import signals
 from django_arcature.managers import ClaimTransition, Completion
 from django_arcature.models import Job, JobStatus
+from django_arcature.tasks.results import LOST_WORKER_ID
+from tests.integration import backend_tasks
 from tests.integration.api_jobs import unique_sync
 from tests.properties.conftest import TALLY
 
@@ -82,6 +84,10 @@ class ModelJob:
     derived_key: str | None = None
     due: bool = True
     lease_aged: bool = False
+    #: A django.tasks job (``backend`` set): its result is checked after every step.
+    is_task: bool = False
+    #: The workers that claimed the job in its current life (a requeue starts a new one).
+    life_workers: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -90,6 +96,10 @@ class Claim:
 
     job_id: uuid.UUID
     token: uuid.UUID
+    #: Who claimed, and the attempt log the claim read: a worker's completion
+    #: writes that log plus this attempt's entry, as ``worker.dispatch`` does.
+    worker: str = "model-worker"
+    log: tuple[Any, ...] = ()
 
 
 TALLY_NAME = "manager model"
@@ -198,11 +208,22 @@ class ManagerModel(RuleBasedStateMachine):
         self.jobs[job.pk] = ModelJob(job.pk, self.next_seq(), 0, 2, unique_key=key, derived_key=key)
         self.expect("job_enqueued", job.pk)
 
+    @rule(a=st.integers(0, 3))
+    def enqueue_django_task(self, a: int) -> None:
+        """A django.tasks task: a row like the others, whose result is read back every step."""
+        result = backend_tasks.add.enqueue(a, 1)
+        row = Job.objects.get(pk=uuid.UUID(result.id))
+        self.jobs[row.pk] = ModelJob(
+            row.pk, self.next_seq(), row.priority, row.max_attempts, is_task=True
+        )
+        self.expect("job_enqueued", row.pk)
+
     # --- claim ---------------------------------------------------------------------------
 
     @rule(batch=st.integers(1, 3))
     def claim(self, batch: int) -> None:
-        claimed = Job.objects.claim("model-worker", lease=60, batch=batch)
+        worker = f"w{self.next_seq()}"
+        claimed = Job.objects.claim(worker, lease=60, batch=batch)
         available = [j for j in self.jobs.values() if j.status == JobStatus.PENDING and j.due]
         assert len(claimed) == min(batch, len(available)), (claimed, available)
         ids = {c.id for c in claimed}
@@ -221,14 +242,14 @@ class ManagerModel(RuleBasedStateMachine):
             job.attempts += 1
             job.token = c.claim_token
             job.lease_aged = False
-            self.claims.append(Claim(c.id, c.claim_token))
+            job.life_workers.add(worker)
+            self.claims.append(Claim(c.id, c.claim_token, worker, tuple(c.attempt_log)))
 
     # --- fenced writes -------------------------------------------------------------------
 
     def _completion(self, claim: Claim, kind: str, due: bool) -> Completion:
         """What a worker would write: the outcome plus this attempt's attempt-log entry."""
-        job = self.jobs.get(claim.job_id)
-        log = [{"worker": "model-worker", "error": None}] * (job.attempts if job else 1)
+        log = [*claim.log, {"worker": claim.worker, "error": None}]
         if kind == "succeeded":
             return Completion(
                 claim.job_id, claim.token, "succeeded", result={"ok": 1}, attempt_log=log
@@ -378,7 +399,8 @@ class ManagerModel(RuleBasedStateMachine):
         self.claim_one_job_by_id(self.pick(data, sorted(self.jobs.values(), key=lambda j: j.seq)))
 
     def claim_one_job_by_id(self, job: ModelJob) -> None:
-        claimed = Job.objects.claim_job(job.id, "model-worker", lease=60)
+        worker = f"w{self.next_seq()}"
+        claimed = Job.objects.claim_job(job.id, worker, lease=60)
         if job.status != JobStatus.PENDING:
             assert claimed is None
             return
@@ -388,7 +410,8 @@ class ManagerModel(RuleBasedStateMachine):
         job.attempts += 1
         job.token = claimed.claim_token
         job.lease_aged = False
-        self.claims.append(Claim(job.id, claimed.claim_token))
+        job.life_workers.add(worker)
+        self.claims.append(Claim(job.id, claimed.claim_token, worker, tuple(claimed.attempt_log)))
 
     # --- time and recovery ---------------------------------------------------------------
 
@@ -460,6 +483,7 @@ class ManagerModel(RuleBasedStateMachine):
         job.attempts = 0
         job.due = True
         job.unique_key = key
+        job.life_workers = set()
         self.expect("job_requeued", job.id)
         row = Job.objects.get(pk=job.id)
         assert row.attempt_log == [], "a requeued job starts a new life: no old attempts"
@@ -511,6 +535,19 @@ class ManagerModel(RuleBasedStateMachine):
             )
         keys = [row["unique_key"] for row in rows.values() if row["unique_key"] is not None]
         assert len(keys) == len(set(keys))
+
+    @invariant()
+    def task_results_report_the_current_life(self) -> None:
+        """A django.tasks result counts this life's attempts, and names only its workers."""
+        for job in self.jobs.values():
+            if not job.is_task:
+                continue
+            result = backend_tasks.add.get_result(str(job.id))
+            assert result.attempts == job.attempts, (job, result.worker_ids)
+            assert len(result.worker_ids) == job.attempts, (job, result.worker_ids)
+            strangers = set(result.worker_ids) - job.life_workers - {LOST_WORKER_ID}
+            assert not strangers, f"workers of an earlier life reported: {strangers}"
+            assert len(result.errors) <= job.attempts
 
     @invariant()
     def events_match_the_landed_writes(self) -> None:
