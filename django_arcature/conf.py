@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .retry import MAX_DELAY_SECONDS
+from .core.retry import MAX_DELAY_SECONDS, RetryPolicy
 
 #: Defaults for every key of ``settings.ARCATURE``; documented in README.md.
 DEFAULTS: dict[str, Any] = {
@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     # Wake idle PostgreSQL workers with LISTEN/NOTIFY (turn off behind PgBouncer
     # in transaction mode, where LISTEN does not work).
     "USE_LISTEN_NOTIFY": True,
+    # The DATABASES alias the LISTEN connection uses; None: the worker's own. Behind
+    # PgBouncer in transaction mode, name an alias that reaches PostgreSQL directly
+    # (or through a session-mode pool) so idle workers still wake at once.
+    "LISTEN_DATABASE": None,
     # Run jobs inline at enqueue time (for tests); still validated and recorded.
     "EAGER": False,
 }
@@ -73,6 +77,7 @@ class ArcatureSettings:
     shutdown_timeout: float = DEFAULTS["SHUTDOWN_TIMEOUT"]
     default_queue: str = DEFAULTS["DEFAULT_QUEUE"]
     use_listen_notify: bool = DEFAULTS["USE_LISTEN_NOTIFY"]
+    listen_database: str | None = DEFAULTS["LISTEN_DATABASE"]
     eager: bool = DEFAULTS["EAGER"]
 
 
@@ -130,6 +135,10 @@ _RULES: dict[str, tuple[Any, str]] = {
         "a queue name of 1 to 100 characters (e.g. 'default')",
     ),
     "USE_LISTEN_NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
+    "LISTEN_DATABASE": (
+        lambda v: v is None or (isinstance(v, str) and v in settings.DATABASES),
+        "None or the name of an entry of DATABASES (e.g. 'listen')",
+    ),
     "EAGER": (lambda v: isinstance(v, bool), "True or False"),
 }
 
@@ -178,3 +187,14 @@ def get_settings() -> ArcatureSettings:
         raise ImproperlyConfigured(" ".join(problems))
     values = {**DEFAULTS, **(raw or {})}
     return ArcatureSettings(**{key.lower(): value for key, value in values.items()})
+
+
+def default_retry_policy() -> RetryPolicy:
+    """The project-wide backoff, from ``ARCATURE`` (a job's own policy overrides it)."""
+    conf = get_settings()
+    return RetryPolicy(
+        base_seconds=conf.retry_base_seconds,
+        factor=conf.retry_factor,
+        max_seconds=conf.retry_max_seconds,
+        jitter=conf.retry_jitter,
+    )

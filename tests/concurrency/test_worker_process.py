@@ -210,6 +210,7 @@ def drain_across_a_fault(start_worker: StartWorker, fault: Callable[[], object])
 @pytest.mark.only_on(
     "postgresql", "mysql", reason="SQLite has no server whose connections could be dropped"
 )
+@pytest.mark.pgbouncer(False, reason="PgBouncer absorbs killed server connections between queries")
 def test_worker_survives_its_connections_being_killed(start_worker: StartWorker) -> None:
     drain_across_a_fault(start_worker, kill_other_connections)
 

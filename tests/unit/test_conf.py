@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from django_arcature.conf import DEFAULTS, MAX_LEASE_SECONDS, ArcatureSettings, get_settings
 from django_arcature.conf import validate as validate_settings
-from django_arcature.retry import MAX_DELAY_SECONDS
+from django_arcature.core.retry import MAX_DELAY_SECONDS
 
 # Per key: values that must be accepted, and values that must be refused.
 GOOD: dict[str, list[Any]] = {
@@ -31,6 +31,7 @@ GOOD: dict[str, list[Any]] = {
     "SHUTDOWN_TIMEOUT": [0, 30.0],
     "DEFAULT_QUEUE": ["default", "email", "q" * 100],
     "USE_LISTEN_NOTIFY": [True, False],
+    "LISTEN_DATABASE": [None, "default"],
     "EAGER": [True, False],
 }
 BAD: dict[str, list[Any]] = {
@@ -50,6 +51,7 @@ BAD: dict[str, list[Any]] = {
     "SHUTDOWN_TIMEOUT": [-1, None, math.nan],
     "DEFAULT_QUEUE": ["", "q" * 101, None, 3],
     "USE_LISTEN_NOTIFY": [1, 0, "yes", None],
+    "LISTEN_DATABASE": ["no-such-alias", "", 1],
     "EAGER": [1, "False", None],
 }
 
