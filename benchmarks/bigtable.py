@@ -261,7 +261,7 @@ class Scale:
         return jobs / seconds
 
     def now_sql(self) -> str:
-        from django_arcature.dialects import now_sql
+        from django_arcature.db import now_sql
 
         return now_sql(self.vendor).replace("%%", "%")
 

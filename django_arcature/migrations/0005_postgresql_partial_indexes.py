@@ -1,0 +1,62 @@
+"""PostgreSQL only: the claim and sweep indexes hold live jobs only.
+
+On a table of millions of jobs nearly every row is finished, yet the claim indexes
+(led by ``status``) and the sweep index held an entry for each of them, and every
+transition of every job wrote new entries into all three. As partial indexes
+(``WHERE status = 'pending'`` for the two claim indexes, ``WHERE status =
+'running'`` for the sweep) they hold only the few live rows: the claim and the
+sweep read a small index, and a job that finishes, or is enqueued, or is claimed,
+adds entries only to the indexes whose condition its new row meets.
+
+The indexes keep their names, so Django's migration state (which still describes
+the full indexes of ``Job.Meta.indexes``, as MariaDB and SQLite need them: MariaDB
+has no partial indexes) names the same objects: a later migration that drops or
+renames one of them works on every database. That state is not changed here (a
+``RunPython`` has no state effect), so ``makemigrations --check`` stays clean.
+Reversing recreates the full indexes of 0001.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+PARTIAL = {
+    "arcature_claim_any_idx": """("priority" DESC, "available_at") WHERE "status" = 'pending'""",
+    "arcature_claim_queue_idx": (
+        """("queue", "priority" DESC, "available_at") WHERE "status" = 'pending'"""
+    ),
+    "arcature_sweep_idx": """("lease_expires_at") WHERE "status" = 'running'""",
+}
+
+FULL = {
+    "arcature_claim_any_idx": '("status", "priority" DESC, "available_at")',
+    "arcature_claim_queue_idx": '("status", "queue", "priority" DESC, "available_at")',
+    "arcature_sweep_idx": '("status", "lease_expires_at")',
+}
+
+
+def _replace(apps: Any, schema_editor: Any, definitions: dict[str, str]) -> None:
+    connection = schema_editor.connection
+    if connection.vendor != "postgresql":
+        return
+    quote = connection.ops.quote_name
+    table = quote(apps.get_model("django_arcature", "Job")._meta.db_table)
+    for name, definition in definitions.items():
+        schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
+        schema_editor.execute(f"CREATE INDEX {quote(name)} ON {table} {definition}")
+
+
+def make_partial(apps: Any, schema_editor: Any) -> None:
+    _replace(apps, schema_editor, PARTIAL)
+
+
+def make_full(apps: Any, schema_editor: Any) -> None:
+    _replace(apps, schema_editor, FULL)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("django_arcature", "0003_deadjob_created_idx")]
+
+    operations = [migrations.RunPython(make_partial, make_full, elidable=False)]
