@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Start local PostgreSQL 15 and MariaDB servers and create the test roles and
-# databases. Idempotent: safe to run again while the servers are already up.
+# Start the local PostgreSQL (whichever version is installed) and MariaDB servers
+# and create the test roles and databases. Idempotent: safe to run again while the servers are already up.
 # Needs root (it installs packages with apt-get when something is missing).
 set -euo pipefail
 

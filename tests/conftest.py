@@ -79,7 +79,7 @@ def _deselect_server_restarts(config: pytest.Config, items: list[pytest.Item]) -
         return
     drop = [item for item in items if item.get_closest_marker("restarts_server")]
     if drop:
-        key = "that restart the server: run with ARCATURE_RESTART_DATABASE=1 (make test does)"
+        key = "that restart the server: run with ARCATURE_RESTART_DATABASE=1 (make test: in CI)"
         _deselected_by_vendor[key] = len(drop)
         config.hook.pytest_deselected(items=drop)
         items[:] = [item for item in items if item not in drop]

@@ -71,7 +71,7 @@ TEMPLATES = [
     }
 ]
 
-ARCATURE = {"LEASE_SECONDS": 30, "POLL_INTERVAL": 0.05}
+ARCATURE: dict[str, object] = {"LEASE_SECONDS": 30, "POLL_INTERVAL": 0.05}
 
 # django.tasks runs on django-arcature (tests/integration/test_backend*.py); on
 # Django 5.2 the framework is the django-tasks backport, an app of its own.
