@@ -306,8 +306,8 @@ def write_results(results: list[dict[str, Any]], options: argparse.Namespace, lo
         return
     path = ROOT / "benchmarks" / "scale.md"
     text = path.read_text() if path.exists() else "# Scale\n"
-    begin = f"<!-- bigtable:{','.join(pairs)}:begin -->"
-    end = f"<!-- bigtable:{','.join(pairs)}:end -->"
+    key = ",".join(pairs) + ("" if options.prefix == "arc_plan" else f":{options.prefix}")
+    begin, end = f"<!-- bigtable:{key}:begin -->", f"<!-- bigtable:{key}:end -->"
     block = f"{begin}\n{block}\n{end}"
     if begin in text and end in text:
         text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]

@@ -13,7 +13,8 @@ the full indexes of ``Job.Meta.indexes``, as MariaDB and SQLite need them: Maria
 has no partial indexes) names the same objects: a later migration that drops or
 renames one of them works on every database. That state is not changed here (a
 ``RunPython`` has no state effect), so ``makemigrations --check`` stays clean.
-Reversing recreates the full indexes of 0001.
+Reversing recreates the full indexes of 0001. Each index is built ``CONCURRENTLY``
+beside the one it replaces, so upgrading a busy table does not block its writers.
 """
 
 from __future__ import annotations
@@ -44,8 +45,15 @@ def _replace(apps: Any, schema_editor: Any, definitions: dict[str, str]) -> None
     quote = connection.ops.quote_name
     table = quote(apps.get_model("django_arcature", "Job")._meta.db_table)
     for name, definition in definitions.items():
-        schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
-        schema_editor.execute(f"CREATE INDEX {quote(name)} ON {table} {definition}")
+        # Built beside the old index, then swapped in under its name: enqueues and
+        # claims go on while a table of millions of rows is read, and the claim
+        # never runs without an index. A build an interrupted run left behind
+        # (invalid) is dropped first.
+        building = quote(f"{name}_new")
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {building}")
+        schema_editor.execute(f"CREATE INDEX CONCURRENTLY {building} ON {table} {definition}")
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(name)}")
+        schema_editor.execute(f"ALTER INDEX {building} RENAME TO {quote(name)}")
 
 
 def make_partial(apps: Any, schema_editor: Any) -> None:
@@ -57,6 +65,9 @@ def make_full(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
+    # CREATE/DROP INDEX CONCURRENTLY cannot run inside a transaction.
+    atomic = False
+
     dependencies = [("django_arcature", "0003_deadjob_created_idx")]
 
     operations = [migrations.RunPython(make_partial, make_full, elidable=False)]

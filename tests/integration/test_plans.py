@@ -213,3 +213,31 @@ def test_single_fenced_writes_reach_their_row_by_primary_key(big_table: list[Cla
         updates,
         True,
     )
+
+
+@pytest.mark.only_on("postgresql", reason="partial indexes are PostgreSQL's (migration 0005)")
+def test_postgresql_claim_and_sweep_indexes_hold_live_rows_only() -> None:
+    from django.core.management import call_command
+
+    def definitions() -> dict[str, str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s "
+                "AND indexname IN ('arcature_claim_any_idx', 'arcature_claim_queue_idx', "
+                "'arcature_sweep_idx')",
+                [TABLE],
+            )
+            return dict(cursor.fetchall())
+
+    partial = definitions()
+    assert "WHERE ((status)::text = 'pending'::text)" in partial["arcature_claim_any_idx"]
+    assert "WHERE ((status)::text = 'pending'::text)" in partial["arcature_claim_queue_idx"]
+    assert "WHERE ((status)::text = 'running'::text)" in partial["arcature_sweep_idx"]
+    try:
+        call_command("migrate", "django_arcature", "0003", verbosity=0)
+        full = definitions()
+        assert sorted(full) == sorted(partial)
+        assert not any("WHERE" in definition for definition in full.values()), full
+    finally:
+        call_command("migrate", "django_arcature", verbosity=0)
+    assert definitions() == partial
