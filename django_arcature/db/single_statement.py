@@ -58,8 +58,7 @@ def claim_with_cte(
     else:
         target = f"FROM picked WHERE {qn(table)}.{qn('id')} = picked.{qn('id')}"
         prefix = f"{qn(table)}."
-    # available_at comes back too, only to put the batch in claim order.
-    returning = ", ".join(prefix + qn(c) for c in (*CLAIM_COLUMNS, "available_at"))
+    returning = ", ".join(prefix + qn(c) for c in CLAIM_COLUMNS)
     sql = f"""
         WITH picked AS {materialized} (
             SELECT {qn("id")} FROM {qn(table)}
@@ -84,5 +83,6 @@ def claim_with_cte(
         rows = cursor.fetchall()
     # RETURNING follows no order: restore the claim's (priority desc, then oldest).
     priority = CLAIM_COLUMNS.index("priority")
-    rows.sort(key=lambda row: (-row[priority], row[-1]))
-    return [claimed_from_row(row[:-1]) for row in rows]
+    available_at = CLAIM_COLUMNS.index("available_at")
+    rows.sort(key=lambda row: (-row[priority], row[available_at]))
+    return [claimed_from_row(row) for row in rows]
