@@ -248,12 +248,12 @@ class Scale:
         if mark.tzinfo is None:  # the database's clock is UTC on every database
             mark = mark.replace(tzinfo=UTC)
         jobs: int = self.options.jobs
-        self.bench.start_workers(self.options.procs)
+        self.bench.measure.start_workers(self.options.procs)
         try:
             noop.enqueue_many([[]] * jobs)
-            self.bench.wait_drained()
+            self.bench.measure.wait_drained()
         finally:
-            self.bench.stop_workers()
+            self.bench.measure.stop_workers()
         ran = self.Job.objects.filter(started_at__gte=mark)
         span = ran.aggregate(first=Min("started_at"), last=Max("finished_at"))
         assert ran.filter(status="succeeded").count() == jobs

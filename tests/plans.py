@@ -125,8 +125,8 @@ def mysql_tables(plan: Any) -> Iterator[dict[str, Any]]:
 COLUMNS = (
     "id, task_name, queue, priority, payload, status, attempts, max_attempts, available_at, "
     "locked_at, locked_by, lease_seconds, lease_expires_at, claim_token, unique_key, error_kind, "
-    "last_error, last_traceback, result, attempt_log, backend, created_at, started_at, "
-    "finished_at, failed_at"
+    "last_error, last_traceback, result, attempt_log, backend, trace_context, created_at, "
+    "started_at, finished_at, failed_at"
 )
 
 
@@ -164,5 +164,5 @@ def finished_rows_sql(vendor: str, table: str, start: int, stop: int, total: int
         f"{source}INSERT INTO {table} ({COLUMNS}) "
         f"SELECT {ident}, 'bench.noop', {queue}, 0, '{{\"args\": [], \"kwargs\": {{}}}}', "
         f"{status}, 1, 3, {moment}, {moment}, 'bench-worker', 30, NULL, NULL, NULL, {kind}, "
-        f"'', '', NULL, '[]', '', {moment}, {moment}, {later}, NULL FROM {rows}"
+        f"'', '', NULL, '[]', '', '{{}}', {moment}, {moment}, {later}, NULL FROM {rows}"
     )

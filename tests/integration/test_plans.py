@@ -218,6 +218,7 @@ def test_single_fenced_writes_reach_their_row_by_primary_key(big_table: list[Cla
 @pytest.mark.only_on("postgresql", reason="partial indexes are PostgreSQL's (migration 0005)")
 def test_postgresql_claim_and_sweep_indexes_hold_live_rows_only() -> None:
     from django.core.management import call_command
+    from django.db.migrations.loader import MigrationLoader
 
     def definitions() -> dict[str, str]:
         with connection.cursor() as cursor:
@@ -233,8 +234,15 @@ def test_postgresql_claim_and_sweep_indexes_hold_live_rows_only() -> None:
     assert "WHERE ((status)::text = 'pending'::text)" in partial["arcature_claim_any_idx"]
     assert "WHERE ((status)::text = 'pending'::text)" in partial["arcature_claim_queue_idx"]
     assert "WHERE ((status)::text = 'running'::text)" in partial["arcature_sweep_idx"]
+    loader = MigrationLoader(connection)
+    (mine,) = (
+        migration
+        for (app, name), migration in loader.disk_migrations.items()
+        if app == "django_arcature" and name.endswith("_postgresql_partial_indexes")
+    )
+    (before,) = mine.dependencies
     try:
-        call_command("migrate", "django_arcature", "0003", verbosity=0)
+        call_command("migrate", *before, verbosity=0)
         full = definitions()
         assert sorted(full) == sorted(partial)
         assert not any("WHERE" in definition for definition in full.values()), full
