@@ -13,8 +13,8 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo-venv demo test test-quick lint docs databases bench clean
-.PHONY: soak soak-chaos
+.PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties clean
+.PHONY: soak-chaos
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -23,7 +23,8 @@ help:
 	@echo "make lint        ruff + mypy"
 	@echo "make docs        build the documentation site into var/docs-html and run its samples"
 	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
-	@echo "make soak        long chaos and fault-injection runs on every database"
+	@echo "make soak        long runs on every database (property-based suites: soak-properties)"
+	@echo "                 (chaos and fault injection: soak-chaos)"
 
 # Two installs into one virtualenv: the demo needs only Django and the package;
 # the tests add the whole development toolchain on top (pytest, tox, ruff, mypy,
@@ -88,14 +89,27 @@ bench: venv databases
 clean:
 	rm -rf $(VENV) .tox var build dist *.egg-info
 
-# --- soak (issue 10) ---------------------------------------------------------------------
-# The chaos soak's long profile (ARCATURE_SOAK=1: thousands of jobs, minutes of SIGKILLs and
-# killed sessions) and the fault-injection suite, once per database. Others may add their own
-# long profiles as prerequisites of `soak` (a line `soak: soak-yours`), each with its own target.
+# --- soak: the property-based suites (issue 10) ------------------------------------------
+# The manager model and the other tests/properties suites with the long Hypothesis profile
+# (ARCATURE_SOAK=1 / HYPOTHESIS_PROFILE=soak, tests/properties/conftest.py), once per
+# database; each run prints how many examples and steps it went through. Other long
+# profiles join `soak` the same way (a line `soak: soak-yours`).
 SOAK_DBS ?= sqlite postgres mysql
+soak: soak-properties
+soak-properties: venv databases
+	$(PY) -m pip install -q mysqlclient
+	for db in $(SOAK_DBS); do \
+	  ARCATURE_SOAK=1 HYPOTHESIS_PROFILE=soak ARCATURE_TEST_DB=$$db \
+	    $(PY) -m pytest -q -p no:cacheprovider tests/properties || exit 1; \
+	done
+
+# --- soak: chaos and fault injection (issue 10) --------------------------------------------
+# The chaos soak's long profile (ARCATURE_SOAK=1: 20,000 jobs under SIGKILLs and killed
+# sessions) and the fault-injection suite with its long profile, once per database.
 soak: soak-chaos
 soak-chaos: venv databases
-	@status=0; for db in $(SOAK_DBS); do \
-	  echo "== soak on $$db"; \
-	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -s tests/chaos tests/faults || status=1; \
-	done; exit $$status
+	$(PY) -m pip install -q mysqlclient
+	for db in $(SOAK_DBS); do \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db \
+	    $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos tests/faults || exit 1; \
+	done

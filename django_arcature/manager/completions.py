@@ -187,7 +187,12 @@ class CompletionWrites(JobWriter):
         conf = get_settings()  # once per batch: reading it costs more than a row's fields
         prepared = [self._prepare(completion, conf) for completion in completions]
         driver = driver_for(self.db)
-        single = not (batched and driver.supports_batch_completion())
+        # One statement per row where the database does as well that way; where a
+        # plain fenced UPDATE risks a bad plan (``fences_by_join``), even one row
+        # goes through the driver's joined statement, which reaches it by primary key.
+        single = not driver.supports_batch_completion() or (
+            not batched and not driver.fences_by_join()
+        )
         try:
             landed = _retry_on_lock_conflict(self.db, lambda: self._write(prepared, single))
         except DATA_ERRORS as exc:
@@ -281,8 +286,13 @@ class CompletionWrites(JobWriter):
         return written, landed
 
     def _write_row(self, item: _Prepared) -> bool:
+        """One row under its own savepoint, through the same statement as a batch would."""
+        completion = item.completion
+        driver = driver_for(self.db)
         with transaction.atomic(using=self.db):
-            completion = item.completion
+            if driver.supports_batch_completion() and driver.fences_by_join():
+                row = (completion.job_id, completion.claim_token, item.fields)
+                return completion.job_id in driver.complete_batch(self.model, [row])
             fenced = self._fenced(completion.job_id, completion.claim_token)
             return bool(fenced.update(**item.fields))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,8 @@ class LeaseWrites(JobWriter):
         self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta
     ) -> bool:
         """Extend a running job's lease from the database's now; False if the claim is lost."""
+        if driver_for(self.db).fences_by_join():
+            return job_id not in self.heartbeat_many([(job_id, claim_token)], lease)
         lease_seconds = whole_seconds(lease)
         rows = _retry_on_lock_conflict(
             self.db,
@@ -94,14 +96,29 @@ class LeaseWrites(JobWriter):
         if not claims:
             return set()
         lease_seconds = whole_seconds(lease)
+        driver = driver_for(self.db)
+        rows = [(job_id, token, lease_fields(lease_seconds)) for job_id, token in claims]
+        size = driver.BATCH_COMPLETION_ROWS
 
         def operation() -> set[tuple[uuid.UUID, uuid.UUID]]:
             with transaction.atomic(using=self.db):
-                return {
-                    (job_id, token)
-                    for job_id, token in claims
-                    if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
-                }
+                if not driver.fences_by_join():
+                    return {
+                        (job_id, token)
+                        for job_id, token in claims
+                        if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
+                    }
+                # One fenced UPDATE per 500 claims, as for a batched completion: the
+                # same fence on id, token and status, the rows reached by primary key.
+                # A statement reports the ids it changed, so no job is in one twice
+                # (a stale and a fresh claim of it are told apart by statement).
+                gone: set[tuple[uuid.UUID, uuid.UUID]] = set()
+                for chunk in _one_claim_per_job(rows, size):
+                    extended = driver.complete_batch(self.model, chunk)
+                    gone.update(
+                        (job_id, token) for job_id, token, _ in chunk if job_id not in extended
+                    )
+                return gone
 
         lost = _retry_on_lock_conflict(self.db, operation)
         for job_id, token in claims:
@@ -238,3 +255,22 @@ class LeaseWrites(JobWriter):
         if claimed is not None:
             signals.notify(signals.jobs_claimed, self.model, jobs=[claimed], worker_id=worker_id)
         return claimed
+
+
+def _one_claim_per_job(
+    rows: Sequence[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]], size: int
+) -> Iterator[list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]]:
+    """Chunks of at most ``size`` rows in which no job id appears twice."""
+    pending = list(rows)
+    while pending:
+        chunk: list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]] = []
+        seen: set[uuid.UUID] = set()
+        rest = []
+        for row in pending:
+            if len(chunk) < size and row[0] not in seen:
+                chunk.append(row)
+                seen.add(row[0])
+            else:
+                rest.append(row)
+        yield chunk
+        pending = rest
