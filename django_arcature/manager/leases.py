@@ -69,7 +69,7 @@ class LeaseWrites(JobWriter):
     ) -> bool:
         """Extend a running job's lease from the database's now; False if the claim is lost."""
         if driver_for(self.db).fences_by_join():
-            return job_id not in self.heartbeat_many([(job_id, claim_token)], lease)
+            return (job_id, claim_token) not in self.heartbeat_many([(job_id, claim_token)], lease)
         lease_seconds = whole_seconds(lease)
         rows = _retry_on_lock_conflict(
             self.db,
