@@ -58,9 +58,8 @@ LIVE = {JobStatus.PENDING, JobStatus.RUNNING}
 FINISHED = {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}
 KEYS = ("k0", "k1", "k2")
 #: A batch holding a stale and the current claim of one job was decided by job id alone
-#: (issue 10, defect 2, fixed separately); until that fix is merged the model draws at
-#: most one claim per job into a batch.
-ONE_CLAIM_PER_JOB_IN_A_BATCH = True
+#: (issue 10, defect 2); fixed, so the model draws both claims of a job into one batch.
+ONE_CLAIM_PER_JOB_IN_A_BATCH = False
 #: Events that report no write (sent before an enqueue builds its rows, or by the thread
 #: running a handler, which the model does not run): not compared with landed writes.
 NOT_WRITES = {"jobs_enqueuing", "job_attempt_started", "job_attempt_finished"}
