@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from django_arcature.models import Job
 from django_arcature.worker import Worker
@@ -30,6 +31,8 @@ def run_worker(timeout: float = 30, **options: Any) -> tuple[Worker, int]:
             box.append(worker.run())
         except BaseException as exc:
             box.append(exc)
+        finally:
+            connections.close_all()  # this thread's own connection (the worker's main one)
 
     thread = threading.Thread(target=target, name="test-worker")
     thread.start()
