@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -40,14 +41,10 @@ DEEP_LOG = "[" + "[" * DEPTH + "]" * DEPTH + "]"
 HUGE_INT_ARGS = '{"args": [' + "7" * 5000 + '], "kwargs": {}}'
 
 
-def write_raw(job_id: uuid.UUID, column: str, sql_value: str, params: list[object]) -> None:
+def write_raw(job_id: uuid.UUID, column: str, sql_value: str, params: list[Any]) -> None:
     """``UPDATE job SET column = <sql_value>`` with the database's JSON checks off."""
     table = connection.ops.quote_name(Job._meta.db_table)
-    key: object = job_id if connection.vendor == "postgresql" else job_id.hex
-    if connection.vendor == "mysql" and not connection.features.has_native_uuid_field:
-        key = job_id.hex
-    if connection.vendor == "mysql" and connection.features.has_native_uuid_field:
-        key = str(job_id)
+    key = Job._meta.get_field("id").get_db_prep_value(job_id, connection)
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute("PRAGMA ignore_check_constraints = ON")
