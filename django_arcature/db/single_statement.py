@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .claimed import CLAIM_COLUMNS, ClaimedJob, claimed_from_row
+from .claimed import CLAIM_COLUMNS, ClaimedJob, claimed_from_rows, returning_columns
 
 
 def claim_with_cte(
@@ -40,7 +40,7 @@ def claim_with_cte(
         params.extend(queues)
     params.extend([batch, "running", worker_id, lease_seconds, "pending"])
     # available_at comes back too, only to put the batch in claim order.
-    returning = ", ".join(qn(c) for c in (*CLAIM_COLUMNS, "available_at"))
+    returning = returning_columns(connection.vendor, qn, ("available_at",))
     sql = f"""
         WITH picked AS {materialized} (
             SELECT {qn("id")} FROM {qn(table)}
@@ -66,4 +66,4 @@ def claim_with_cte(
     # RETURNING follows no order: restore the claim's (priority desc, then oldest).
     priority = CLAIM_COLUMNS.index("priority")
     rows.sort(key=lambda row: (-row[priority], row[-1]))
-    return [claimed_from_row(row[:-1]) for row in rows]
+    return claimed_from_rows(row[:-1] for row in rows)

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import pytest
 
-from django_arcature.decide import Panic
-from django_arcature.dialects import ClaimedJob
-from django_arcature.dispatch import run_handler
+from django_arcature.core.decide import Panic
+from django_arcature.db import ClaimedJob
 from django_arcature.models import Job, JobStatus
+from django_arcature.worker.dispatch import run_handler
 from tests.concurrency import conftest as process_fixtures
 from tests.concurrency.conftest import WorkerProcess
 from tests.faults.handler_support import outcome, rows, run_worker

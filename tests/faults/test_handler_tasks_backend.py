@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_arcature.models import Job, JobStatus
-from django_arcature.tasks_compat import TaskResultStatus
+from django_arcature.tasks.compat import TaskResultStatus
 from tests.faults.handler_support import outcome, run_worker
 from tests.testapp import handler_fault_jobs, handler_fault_tasks
 from tests.testapp.handler_fault_jobs import BASE_EXCEPTION_KINDS

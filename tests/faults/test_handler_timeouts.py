@@ -21,11 +21,11 @@ from django.test import override_settings
 
 from django_arcature import job
 from django_arcature.conf import MAX_TIMEOUT_SECONDS, validate
-from django_arcature.dialects import ClaimedJob
-from django_arcature.dispatch import process, run_handler
+from django_arcature.db import ClaimedJob
 from django_arcature.models import Job, JobStatus
-from django_arcature.tasks_options import parse_overrides
-from django_arcature.worker import EXIT_TOO_MANY_ABANDONED_THREADS
+from django_arcature.tasks.options import parse_overrides
+from django_arcature.worker.dispatch import process, run_handler
+from django_arcature.worker.loop import EXIT_TOO_MANY_ABANDONED_THREADS
 from tests.concurrency import conftest as process_fixtures
 from tests.concurrency.conftest import WorkerProcess
 from tests.faults.handler_support import outcome, rows, run_worker

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from django_arcature.backend import task as arcature_task
-from django_arcature.tasks_compat import task
+from django_arcature.tasks.compat import task
 
 from .handler_fault_jobs import RELEASE, _base_exception
 

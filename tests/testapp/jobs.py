@@ -91,4 +91,6 @@ def hang_first_run(path: str) -> str:
     if runs == 1:
         _time.sleep(120)
     return f"run {runs}"
+
+
 from . import handler_fault_jobs  # noqa: E402, F401  (tests/faults/test_handler_*.py)
