@@ -35,6 +35,7 @@ from django_arcature import registry
 from django_arcature.conf import get_settings
 from django_arcature.context import JobContext
 from django_arcature.db import ClaimedJob
+from django_arcature.hints import HintReceiver
 from django_arcature.transitions import ClaimTransition, Completion
 
 from .handlers import EXIT_TOO_MANY_ABANDONED_THREADS, HandlerThreads
@@ -129,7 +130,7 @@ class Worker(HandlerThreads):
         max_jobs: int | None = None,
         worker_id: str | None = None,
         shutdown_timeout: float | None = None,
-        using: str = DEFAULT_DB_ALIAS,
+        using: str | None = None,
         install_signal_handlers: bool = True,
         listen: bool | None = None,
     ) -> None:
@@ -146,7 +147,7 @@ class Worker(HandlerThreads):
         self.shutdown_timeout = (
             conf.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
-        self.using = using
+        self.using = using or conf.database or DEFAULT_DB_ALIAS
         self.install_signal_handlers = install_signal_handlers
         self.listen = conf.use_listen_notify if listen is None else listen
         if self.concurrency < 1 or self.batch < 1 or self.lease < 1 or self.poll_interval <= 0:
@@ -164,6 +165,7 @@ class Worker(HandlerThreads):
         self._finished: list[_Done] = []
         self._init_handler_threads()
         self._listener: Listener | None = None
+        self._hints: HintReceiver | None = None
         self._fault = _Fault()
         self._stop_requested = 0
         self._stopping_since: float | None = None
@@ -570,11 +572,17 @@ class Worker(HandlerThreads):
         if self.listen and Listener.supported(self.using):
             self._listener = Listener(self.using, lambda: self._events.put("notify"))
             self._listener.start()
+        if self.conf.wake_hints:
+            self._hints = HintReceiver(self.using, lambda: self._events.put("notify"))
+            if not self._hints.start():
+                self._hints = None
 
     def _shutdown_threads(self) -> None:
         self._stop_handlers()
         if self._listener is not None:
             self._listener.close()
+        if self._hints is not None:
+            self._hints.close()
 
     def _hand_over(self, entry: _InFlight, completion: Completion, seconds: float) -> None:
         """A handler thread (or the watchdog) passes a finished attempt to the main loop."""
