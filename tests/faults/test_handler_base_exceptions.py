@@ -104,6 +104,7 @@ def _assert_every_case_panicked(bad: list[uuid.UUID], good: list[uuid.UUID]) -> 
     assert [found[job_id].result for job_id in good] == [*range(1, 9), *range(4)]
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_in_process_worker_survives_every_base_exception(concurrency: int) -> None:
@@ -117,6 +118,7 @@ def test_in_process_worker_survives_every_base_exception(concurrency: int) -> No
     assert worker.stats.lost == 0
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 def test_worker_process_survives_every_base_exception(

@@ -25,7 +25,7 @@ from tests.faults.handler_support import outcome, rows
 events = process_fixtures.events
 start_worker = process_fixtures.start_worker
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 
 def test_os_exit_in_a_handler_loses_nothing_and_completes_each_job_once(

@@ -19,7 +19,7 @@ from tests.faults.handler_support import outcome, run_worker
 from tests.testapp import handler_fault_jobs, handler_fault_tasks
 from tests.testapp.handler_fault_jobs import BASE_EXCEPTION_KINDS
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
 EXPECTED_TYPE = {
     "KeyboardInterrupt": "builtins.KeyboardInterrupt",

@@ -49,6 +49,7 @@ def release_blocked_handlers() -> Iterator[None]:
 # --- timeouts are enforced ------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_an_async_handler_blocking_its_loop_is_timed_out_on_every_attempt() -> None:
     blocked = Job.objects.enqueue("tests.faults.block_loop", args=[60]).pk
@@ -67,6 +68,7 @@ def test_an_async_handler_blocking_its_loop_is_timed_out_on_every_attempt() -> N
     assert (worker.stats.retried, worker.stats.dead, worker.stats.succeeded) == (1, 1, 1)
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_blocked_loop_does_not_hold_up_the_other_async_jobs() -> None:
     blocked = Job.objects.enqueue("tests.faults.block_loop_long", args=[60], priority=10).pk
@@ -82,6 +84,7 @@ def test_a_blocked_loop_does_not_hold_up_the_other_async_jobs() -> None:
     assert all((found[pk].finished_at - started).total_seconds() < 5 for pk in quick)  # type: ignore[operator]
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_sync_handler_ignoring_its_timeout_is_abandoned_and_the_next_jobs_run() -> None:
     hung = [Job.objects.enqueue("tests.faults.hang", args=[60], priority=10).pk for _ in range(2)]
@@ -94,6 +97,7 @@ def test_a_sync_handler_ignoring_its_timeout_is_abandoned_and_the_next_jobs_run(
     assert worker.stats.lost == 0
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_the_longest_allowed_timeout_runs_normally() -> None:
     """Just under the bound, waiting for the attempt must not overflow (it did past 9.2e9 s)."""
@@ -107,6 +111,7 @@ def test_the_longest_allowed_timeout_runs_normally() -> None:
 # --- abandoned threads are bounded ------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_past_the_abandoned_thread_limit_the_worker_stops_and_exits_non_zero() -> None:
     hung = [Job.objects.enqueue("tests.faults.hang", args=[60], priority=10).pk for _ in range(3)]
@@ -122,6 +127,7 @@ def test_past_the_abandoned_thread_limit_the_worker_stops_and_exits_non_zero() -
     assert worker.stats.dead == 2
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 def test_worker_process_past_the_abandoned_thread_limit_exits_non_zero(

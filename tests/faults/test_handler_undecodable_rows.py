@@ -124,17 +124,20 @@ def _claim_all_then_run(kind: str) -> None:
     assert (worker.stats.dead, worker.stats.succeeded) == (1, 5)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", KINDS_EVERYWHERE)
 def test_an_undecodable_row_dies_malformed_and_its_batch_runs(kind: str) -> None:
     _claim_all_then_run(kind)
 
 
+@pytest.mark.heavy
 @ONLY_DEEP
 @pytest.mark.parametrize("kind", KINDS_DEEP)
 def test_json_nested_too_deep_dies_malformed_and_its_batch_runs(kind: str) -> None:
     _claim_all_then_run(kind)
 
 
+@pytest.mark.heavy
 @pytest.mark.only_on("sqlite", reason="the other databases refuse text that is not UTF-8")
 @pytest.mark.parametrize("kind", KINDS_SQLITE)
 def test_text_that_is_not_utf8_dies_malformed_and_its_batch_runs(kind: str) -> None:
@@ -160,6 +163,7 @@ def test_run_job_on_an_undecodable_row_records_it_malformed(kind: str) -> None:
     _check_malformed(rows([bad])[bad], kind)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_worker_process_runs_the_batch_around_an_undecodable_row(
     start_worker: Callable[..., WorkerProcess],
