@@ -7,6 +7,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -27,9 +28,24 @@ class ClaimedJob:
     lease_seconds: int
     backend: str = ""
     attempt_log: list[Any] = field(default_factory=list)
+    #: When the job became claimable (for the queue-wait metric).
+    available_at: datetime | None = None
+    #: The enqueuing span's context, when tracing is on (django_arcature.contrib.otel).
+    trace_context: dict[str, Any] = field(default_factory=dict)
+
     #: Why the stored row could not be read ("" when it could). Such a job is
     #: never run: the worker writes it off as ``dead`` ``malformed`` with this reason.
     undecodable: str = ""
+
+    def log_extra(self) -> dict[str, Any]:
+        """The ``extra`` fields of every log record about this job (job id, task, queue,
+        attempt), for JSON formatters and structlog (docs/observability.md)."""
+        return {
+            "job_id": str(self.id),
+            "task": self.task_name,
+            "queue": self.queue,
+            "attempt": self.attempts,
+        }
 
 
 CLAIM_COLUMNS = (
@@ -44,16 +60,33 @@ CLAIM_COLUMNS = (
     "lease_seconds",
     "backend",
     "attempt_log",
+    "available_at",
+    "trace_context",
 )
 
 
-#: Columns a claim reads as text, and those of them that hold JSON.
-TEXT_COLUMNS = frozenset({"task_name", "queue", "payload", "backend", "attempt_log"})
-JSON_COLUMNS = frozenset({"payload", "attempt_log"})
+#: Columns a claim reads as text, and those of them that hold JSON. The trace
+#: context only serves tracing: when it cannot be read it is dropped, and the job runs.
+TEXT_COLUMNS = frozenset(
+    {"task_name", "queue", "payload", "backend", "attempt_log", "trace_context"}
+)
+JSON_COLUMNS = frozenset({"payload", "attempt_log", "trace_context"})
+_OPTIONAL_COLUMNS = frozenset({"trace_context"})
 
 
 def as_uuid(value: object) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _as_datetime(value: object) -> datetime | None:
+    """A raw SQLite row carries the timestamp as text, in UTC; the others a datetime."""
+    if value is None or isinstance(value, datetime):
+        moment = value
+    else:
+        moment = datetime.fromisoformat(str(value))
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
 
 
 def _as_json(value: object) -> Any:
@@ -114,9 +147,11 @@ def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> Claim
             if column in JSON_COLUMNS and not json_decoded:
                 value = _json(column, value)
         except _Unreadable as exc:
-            problems.append(str(exc))
+            if column not in _OPTIONAL_COLUMNS:
+                problems.append(str(exc))
             value = None
         decoded[column] = value
+    trace_context = decoded["trace_context"]
     name = decoded["task_name"]
     if not isinstance(name, str):  # kept readable for the logs and the admin
         name = bytes(values["task_name"]).decode("utf-8", "replace")
@@ -133,6 +168,8 @@ def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> Claim
         lease_seconds=values["lease_seconds"],
         backend=decoded["backend"] or "",
         attempt_log=log if isinstance(log, list) else [],
+        available_at=_as_datetime(values["available_at"]),
+        trace_context=trace_context if isinstance(trace_context, dict) else {},
         undecodable=(
             "the stored job could not be read: " + "; ".join(problems) if problems else ""
         ),

@@ -39,8 +39,7 @@ def claim_with_cte(
         queue_filter = f"AND {qn('queue')} IN ({', '.join(['%s'] * len(queues))})"
         params.extend(queues)
     params.extend([batch, "running", worker_id, lease_seconds, "pending"])
-    # available_at comes back too, only to put the batch in claim order.
-    returning = returning_columns(connection.vendor, qn, ("available_at",))
+    returning = returning_columns(connection.vendor, qn)
     sql = f"""
         WITH picked AS {materialized} (
             SELECT {qn("id")} FROM {qn(table)}
@@ -65,5 +64,6 @@ def claim_with_cte(
         rows = cursor.fetchall()
     # RETURNING follows no order: restore the claim's (priority desc, then oldest).
     priority = CLAIM_COLUMNS.index("priority")
-    rows.sort(key=lambda row: (-row[priority], row[-1]))
-    return claimed_from_rows(row[:-1] for row in rows)
+    available_at = CLAIM_COLUMNS.index("available_at")
+    rows.sort(key=lambda row: (-row[priority], row[available_at]))
+    return claimed_from_rows(rows)

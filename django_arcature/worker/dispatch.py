@@ -11,10 +11,12 @@ the same code runs a job inside the worker and inline in a user's test.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,7 +25,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from django_arcature import registry
+from django_arcature import registry, signals
 from django_arcature.conf import (
     MAX_TIMEOUT_SECONDS,
     ArcatureSettings,
@@ -60,6 +62,7 @@ TASKS_DISPATCH = "django_arcature.tasks.dispatch"
 __all__ = [
     "AttemptPlan",
     "WorkerShutdown",
+    "attempt_finished",
     "check_timeout",
     "plan_attempt",
     "process",
@@ -287,7 +290,13 @@ def _with_timeout(
         finally:
             connections.close_all()  # this thread's connections die with it
 
-    thread = threading.Thread(target=target, name=f"arcature-job-{context.job_id}", daemon=True)
+    # The caller's context variables (a tracing span, for one) follow the handler.
+    thread = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(target,),
+        name=f"arcature-job-{context.job_id}",
+        daemon=True,
+    )
     thread.start()
     thread.join(timeout + grace)
     if thread.is_alive() or not box:
@@ -297,6 +306,12 @@ def _with_timeout(
             context.job_id,
             context.task_name,
             timeout,
+            extra={
+                "job_id": str(context.job_id),
+                "task": context.task_name,
+                "queue": context.queue,
+                "attempt": context.attempt,
+            },
         )
         return Timeout(timeout)
     return box[0]
@@ -408,6 +423,8 @@ def process(
     plan = plan_attempt(claimed, settings or get_settings())
     if timeout is _UNSET:
         timeout = plan.timeout
+    signals.notify(signals.job_attempt_started, ClaimedJob, job=claimed, worker_id=worker_id)
+    started = time.perf_counter()
     outcome = run_handler(
         claimed,
         timeout=timeout,
@@ -417,13 +434,28 @@ def process(
         loop=loop,
         supervised=supervised,
     )
-    return completion_for(
+    seconds = time.perf_counter() - started
+    completion = completion_for(
         claimed,
         outcome,
         worker_id=worker_id,
         now=now,
         policy=policy or plan.policy,
         spec=plan.spec,
+    )
+    if not supervised:  # a supervising worker reports the attempt once its deadline is settled
+        attempt_finished(claimed, completion, seconds)
+    return completion
+
+
+def attempt_finished(claimed: ClaimedJob, completion: Completion, seconds: float) -> None:
+    """Send ``job_attempt_finished`` for one attempt (what it came to, and how long it ran)."""
+    signals.notify(
+        signals.job_attempt_finished,
+        ClaimedJob,
+        job=claimed,
+        completion=completion,
+        seconds=seconds,
     )
 
 

@@ -29,7 +29,14 @@ from django_arcature.conf import ArcatureSettings
 from django_arcature.core.decide import Panic
 from django_arcature.transitions import Completion
 
-from .dispatch import AttemptPlan, completion_for, plan_attempt, process, timeout_completion
+from .dispatch import (
+    AttemptPlan,
+    attempt_finished,
+    completion_for,
+    plan_attempt,
+    process,
+    timeout_completion,
+)
 
 if TYPE_CHECKING:
     from .loop import _InFlight
@@ -210,7 +217,9 @@ class HandlerThreads:
                 supervised=True,
             )
         except BaseException as exc:  # a bug of ours while running it: never lose the job
-            logger.exception("job %s failed inside the worker", entry.job.id)
+            logger.exception(
+                "job %s failed inside the worker", entry.job.id, extra=entry.job.log_extra()
+            )
             completion = _panic(entry, exc, self.worker_id)
         finally:
             _close_old_connections()
@@ -228,6 +237,8 @@ class HandlerThreads:
         if timed_out and plan is not None:
             # Back within the grace period, but past the deadline: a timeout.
             completion = self._timeout_completion(entry, plan)
+        # From this thread, which sent job_attempt_started (a tracing span's context).
+        attempt_finished(entry.job, completion, seconds)
         self._hand_over(entry, completion, seconds)
         return loop
 
@@ -327,6 +338,7 @@ class HandlerThreads:
             entry.job.task_name,
             plan.timeout,
             abandoned,
+            extra=entry.job.log_extra(),
         )
         self._hand_over(entry, completion, time.monotonic() - slot.started)
         if not self._exit_status:

@@ -412,6 +412,7 @@ class Worker(HandlerThreads):
                     done.job_id,
                     entry.job.task_name if entry else "?",
                     completion.kind,
+                    extra=entry.job.log_extra() if entry else {"job_id": str(done.job_id)},
                 )
                 continue
             if completion.kind == "succeeded":
@@ -430,6 +431,7 @@ class Worker(HandlerThreads):
                     else f"dead ({completion.error_kind})",
                     done.seconds * 1000,
                     f": {completion.message}" if completion.message else "",
+                    extra=entry.job.log_extra() if entry else {"job_id": str(done.job_id)},
                 )
 
     def _maybe_heartbeat(self) -> None:
@@ -461,6 +463,7 @@ class Worker(HandlerThreads):
             "the handler was told to stop and its result will be discarded",
             job_id,
             entry.job.task_name,
+            extra=entry.job.log_extra(),
         )
         if entry.skipped:
             self._inflight.pop(job_id, None)
@@ -493,7 +496,8 @@ class Worker(HandlerThreads):
     def _begin_shutdown(self) -> None:
         self._stopping_since = time.monotonic()
         running = [entry for entry in self._inflight.values() if not entry.done]
-        logger.warning(
+        # A requested stop is routine: INFO. What goes wrong during it is a WARNING.
+        logger.info(
             "worker %s stopping: no new claims; waiting up to %gs for %d job(s)",
             self.worker_id,
             self.shutdown_timeout,
@@ -505,7 +509,7 @@ class Worker(HandlerThreads):
                 if not entry.started:
                     entry.skipped = True
                     unstarted.append(entry)
-        self._release(unstarted, "not started")
+        self._release(unstarted, "not started", level=logging.INFO)
 
     def _shutdown_overdue(self) -> bool:
         return (
@@ -529,7 +533,9 @@ class Worker(HandlerThreads):
             logger.warning("%d finished job(s) could not be written", len(self._finished))
         return True
 
-    def _release(self, entries: Sequence[_InFlight], why: str) -> None:
+    def _release(
+        self, entries: Sequence[_InFlight], why: str, level: int = logging.WARNING
+    ) -> None:
         """Hand jobs back to ``pending`` without using up their attempt (fenced)."""
         from django_arcature.models import Job
 
@@ -542,11 +548,13 @@ class Worker(HandlerThreads):
             self._inflight.pop(entry.job.id, None)
             if outcome is ClaimTransition.UPDATED:
                 self.stats.released += 1
-                logger.warning(
+                logger.log(
+                    level,
                     "job %s (%s) released back to pending (%s)",
                     entry.job.id,
                     entry.job.task_name,
                     why,
+                    extra=entry.job.log_extra(),
                 )
             elif outcome is None:
                 logger.warning(
@@ -554,6 +562,7 @@ class Worker(HandlerThreads):
                     "worker will run it again",
                     entry.job.id,
                     entry.job.task_name,
+                    extra=entry.job.log_extra(),
                 )
 
     def _abandon_on_fault(self) -> None:

@@ -24,6 +24,8 @@ def row(**overrides: Any) -> list[Any]:
         "lease_seconds": 30,
         "backend": "",
         "attempt_log": "[]",
+        "available_at": None,
+        "trace_context": "{}",
     }
     values.update(overrides)
     return [values[column] for column in CLAIM_COLUMNS]
@@ -68,6 +70,11 @@ def test_a_column_that_cannot_be_read_marks_the_job(overrides: dict[str, Any], s
     assert says in job.undecodable
     assert len(job.undecodable) < 500
     assert isinstance(job.task_name, str)  # readable in the logs, replaced if need be
+
+
+def test_a_trace_context_that_cannot_be_read_is_dropped_and_the_job_runs() -> None:
+    job = claimed_from_row(row(trace_context="[" * 12000 + "]" * 12000))
+    assert (job.trace_context, job.undecodable) == ({}, "")
 
 
 def test_a_row_without_a_usable_id_is_left_out_of_its_batch(
