@@ -217,10 +217,15 @@ def claim_select_columns(vendor: str) -> list[Any]:
     return columns
 
 
-def returning_columns(vendor: str, quote: Any, extra: Sequence[str] = ()) -> str:
-    """The ``RETURNING`` list of a raw claim: SQLite's text comes back as bytes, decoded
-    row by row (text that is not UTF-8 would fail the whole fetch)."""
+def returning_columns(vendor: str, quote: Any, prefix: str = "") -> str:
+    """The ``RETURNING`` list of a raw claim (``prefix``: the table, where it must be named).
+
+    SQLite's text comes back as bytes, decoded row by row: text that is not UTF-8
+    would otherwise fail the whole fetch, after the claim was made.
+    """
     return ", ".join(
-        f"CAST({quote(c)} AS BLOB)" if vendor == "sqlite" and c in TEXT_COLUMNS else quote(c)
-        for c in (*CLAIM_COLUMNS, *extra)
+        f"CAST({prefix}{quote(c)} AS BLOB)"
+        if vendor == "sqlite" and c in TEXT_COLUMNS
+        else prefix + quote(c)
+        for c in CLAIM_COLUMNS
     )
