@@ -91,3 +91,25 @@ def hang_first_run(path: str) -> str:
     if runs == 1:
         _time.sleep(120)
     return f"run {runs}"
+
+
+# --- Handlers for the input suites (tests/integration/test_input_*.py, tests/properties) ---
+
+from typing import Any as _Any  # noqa: E402
+
+
+@job(name="tests.echo")
+def echo(value: _Any) -> _Any:
+    """Returns its argument: what went in must come back, types included."""
+    return value
+
+
+@job(name="tests.raise_text", max_attempts=1)
+def raise_text(text: str) -> None:
+    """Fails with ``text`` as the error message (handler-controlled text for the admin)."""
+    raise RuntimeError(text)
+
+
+@job(name="tests.unique_echo", unique=True)
+def unique_echo(value: _Any) -> _Any:
+    return value
