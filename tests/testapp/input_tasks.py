@@ -1,4 +1,4 @@
-"""django.tasks tasks for the input suites; a module of an installed app, so workers may import it."""
+"""django.tasks tasks for the input suites, in an installed app so workers may import them."""
 
 from __future__ import annotations
 
