@@ -21,7 +21,7 @@ from django.test import override_settings
 
 from django_arcature.exceptions import MalformedPayload
 from django_arcature.models import Job
-from tests.testapp import input_tasks
+from tests.testapp import tasks as input_tasks
 from tests.testapp.jobs import echo
 
 pytestmark = pytest.mark.django_db
