@@ -105,9 +105,13 @@ def echo(value: _Any) -> _Any:
 
 
 @job(name="tests.raise_text", max_attempts=1)
-def raise_text(text: str) -> None:
-    """Fails with ``text`` as the error message (handler-controlled text for the admin)."""
-    raise RuntimeError(text)
+def raise_text(text: str, poison: bool = False) -> None:
+    """Fails with ``text`` as the error message (handler-controlled text for the admin).
+
+    With ``poison`` the message also carries what no payload may: a NUL and a
+    lone surrogate, which only the handler itself can produce.
+    """
+    raise RuntimeError(text + ("\x00\ud800" if poison else ""))
 
 
 @job(name="tests.unique_echo", unique=True)
