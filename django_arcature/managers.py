@@ -2,72 +2,57 @@
 
 The worker, the admin, the django.tasks backend and ``@job`` call these
 methods; nothing else issues an UPDATE on the job table. Each completion is a
-named transition built in one place (``_succeeded_fields`` …) and applied only
-through ``_fenced``, so no caller can forget the fence or mix two outcomes.
+named transition (``transitions``) applied only through ``_fenced``, so no
+caller can forget the fence or mix two outcomes. Vendor differences are the
+database driver's (``db``); this class is the same on every database.
 """
 
 from __future__ import annotations
 
-import enum
-import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import F
-from django.db.models.base import ModelState
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import dialects, signals
-from .conf import MAX_LEASE_SECONDS, get_settings
-from .decide import ErrorKind as DecidedErrorKind
-from .decide import truncate_for_storage
-from .dialects import ClaimedJob, DatabaseNow
+from . import signals
+from .conf import get_settings
+from .core.decide import ErrorKind as DecidedErrorKind
+from .db import CLAIM_COLUMNS, ClaimedJob, DatabaseNow, claimed_from_row, driver_for
+from .db import retry_on_lock_conflict as _retry_on_lock_conflict
+from .enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
+from .states import ACTIVE_STATUSES, JobStatus
+from .transitions import (
+    ClaimTransition,
+    Completion,
+    announce,
+    claimed_fields,
+    dead_fields,
+    lease_fields,
+    transition_fields,
+    whole_seconds,
+)
 
 if TYPE_CHECKING:
     from .models import Job
 
-__all__ = ["ClaimTransition", "ClaimedJob", "Completion", "JobManager"]
+__all__ = ["ClaimTransition", "ClaimedJob", "Completion", "JobManager", "set_eager_runner"]
 
 #: How often an enqueue of a unique job retries when the key's holder finished
 #: between our failed insert and our read (each retry needs that race again).
 _UNIQUE_INSERT_ATTEMPTS = 10
-#: The furthest ahead a delayed job may be scheduled (as for retries).
-_MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600
+
+#: Runs one just-enqueued job inline (``ARCATURE["EAGER"]``); installed by the app's
+#: ``ready()`` so that the manager does not depend on the worker's dispatcher.
+_eager_runner: Callable[[Job], Job] | None = None
 
 
-class ClaimTransition(enum.Enum):
-    """Whether a fenced write changed the row (``UPDATED``) or was fenced out (``LOST``)."""
-
-    UPDATED = "updated"
-    LOST = "lost"
-
-    @classmethod
-    def from_rowcount(cls, rows: int) -> ClaimTransition:
-        return cls.UPDATED if rows > 0 else cls.LOST
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One fenced write for :meth:`JobManager.complete_many`.
-
-    ``kind`` is ``"succeeded"``, ``"retry"`` or ``"dead"``; the other fields are
-    those the matching ``mark_*`` method takes.
-    """
-
-    job_id: uuid.UUID
-    claim_token: uuid.UUID
-    kind: str
-    result: Any = None
-    available_at: datetime | None = None
-    error_kind: str = ""
-    message: str = ""
-    traceback: str = ""
-    attempt_log: list[Any] | None = None
+def set_eager_runner(runner: Callable[[Job], Job] | None) -> None:
+    global _eager_runner
+    _eager_runner = runner
 
 
 class JobManager(models.Manager["Job"]):
@@ -110,14 +95,10 @@ class JobManager(models.Manager["Job"]):
             backend=backend,
         )
         if row.unique_key is None:
-            dialects.retry_on_lock_conflict(
-                self.db, lambda: row.save(force_insert=True, using=self.db)
-            )
+            _retry_on_lock_conflict(self.db, lambda: row.save(force_insert=True, using=self.db))
             job, created = row, True
         else:
-            job, created = dialects.retry_on_lock_conflict(
-                self.db, lambda: self._insert_unique(row)
-            )
+            job, created = _retry_on_lock_conflict(self.db, lambda: self._insert_unique(row))
         if not created:
             return job
         self._announce_enqueued([job])
@@ -148,7 +129,7 @@ class JobManager(models.Manager["Job"]):
         On PostgreSQL the rows go in one ``COPY``; MySQL/MariaDB take ``batch_size``
         rows per INSERT, SQLite one prepared INSERT run for every row.
         """
-        items = [_split_arguments(item) for item in arguments]
+        items = [split_arguments(item) for item in arguments]
         if not items:
             return []
         rows, varying = self._build_rows(
@@ -170,9 +151,9 @@ class JobManager(models.Manager["Job"]):
 
         def insert() -> None:
             with transaction.atomic(using=using):
-                dialects.insert_rows(using, self.model, rows, varying, batch_size)
+                driver_for(using).insert_rows(self.model, rows, varying, batch_size)
 
-        dialects.retry_on_lock_conflict(using, insert)
+        _retry_on_lock_conflict(using, insert)
         for row in rows:  # as bulk_create leaves them: saved, and on this database
             row._state.adding = False
             row._state.db = using
@@ -190,11 +171,11 @@ class JobManager(models.Manager["Job"]):
         def insert() -> list[tuple[Job, bool]]:
             with transaction.atomic(using=self.db):
                 return [
-                    self._insert_unique(row) if row.unique_key else (_save(row, self.db), True)
+                    self._insert_unique(row) if row.unique_key else (save_new(row, self.db), True)
                     for row in rows
                 ]
 
-        results = dialects.retry_on_lock_conflict(self.db, insert)
+        results = _retry_on_lock_conflict(self.db, insert)
         created = [job for job, is_new in results if is_new]
         self._announce_enqueued(created)
         ran = {job.pk: job for job in self._run_eagerly(created)}
@@ -225,9 +206,12 @@ class JobManager(models.Manager["Job"]):
         """
         if not jobs or not get_settings().eager:
             return jobs
-        from .inline import run_job
-
-        return [run_job(job) for job in jobs]
+        if _eager_runner is None:
+            raise RuntimeError(
+                "ARCATURE['EAGER'] is on but no eager runner is installed: is "
+                "'django_arcature' in INSTALLED_APPS (its ready() installs it)?"
+            )
+        return [_eager_runner(job) for job in jobs]
 
     def _build(
         self,
@@ -298,7 +282,7 @@ class JobManager(models.Manager["Job"]):
                 except MalformedPayload as exc:  # worded as prepare_enqueue words it
                     raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
         conf = get_settings()
-        offset = _delay_offset(delay, run_at)
+        offset = delay_offset(delay, run_at)
         attempts_allowed = next(
             value
             for value in (max_attempts, plan.max_attempts, conf.max_attempts)
@@ -326,7 +310,7 @@ class JobManager(models.Manager["Job"]):
                 f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
                 f"not {unique_key!r:.80}"
             )
-        maker = _RowMaker(
+        maker = RowMaker(
             self.model,
             task_name=plan.name,
             queue=queue_name,
@@ -338,7 +322,7 @@ class JobManager(models.Manager["Job"]):
         )
         derive_key = plan.unique and unique_key is None
         rows = []
-        for job_id, (args, kwargs) in zip(_new_ids(len(items)), items, strict=True):
+        for job_id, (args, kwargs) in zip(new_ids(len(items)), items, strict=True):
             # One clock reading per row, as for one-by-one enqueues: rows of a batch
             # become available in the order given, and are claimed in that order.
             now = timezone.now()
@@ -401,77 +385,25 @@ class JobManager(models.Manager["Job"]):
         gets ``attempts + 1``, a fresh random claim token, and a lease stamped
         on the database's clock. Concurrent claimers never receive the same job.
         """
-        lease_seconds = _whole_seconds(lease)
+        lease_seconds = whole_seconds(lease)
         if batch < 1:
             return []
-        queues = list(queues) if queues else None
         using = self.db
-        vendor = connections[using].vendor
-        table = self.model._meta.db_table
-        if dialects.uses_single_statement_claim(vendor):
+        driver = driver_for(using)
+        picked_queues = list(queues) if queues else None
 
-            def operation() -> list[ClaimedJob]:
-                return dialects.claim_in_one_statement(
-                    using, table, worker_id, lease_seconds, batch, queues
-                )
-        else:
+        def stamp(token: Any) -> dict[str, Any]:
+            return claimed_fields(token, worker_id, lease_seconds)
 
-            def operation() -> list[ClaimedJob]:
-                return self._claim_select_then_update(worker_id, lease_seconds, batch, queues)
-
-        return dialects.retry_on_lock_conflict(using, operation)
-
-    def _claim_select_then_update(
-        self, worker_id: str, lease_seconds: int, batch: int, queues: list[str] | None
-    ) -> list[ClaimedJob]:
-        """MySQL/MariaDB: SELECT … FOR UPDATE SKIP LOCKED, then one compare-and-set UPDATE."""
-        from .models import JobStatus
-
-        with transaction.atomic(using=self.db):
-            candidates = (
-                self.using(self.db)
-                .select_for_update(skip_locked=True)
-                .filter(status=JobStatus.PENDING, available_at__lte=DatabaseNow())
-            )
-            if queues:
-                candidates = candidates.filter(queue__in=queues)
-            rows = list(
-                candidates.order_by("-priority", "available_at").values_list(
-                    *dialects.CLAIM_COLUMNS
-                )[:batch]
-            )
-            if not rows:
-                return []
-            tokens = {row[0]: uuid.uuid4() for row in rows}
-            token_case = models.Case(
-                *(
-                    models.When(id=job_id, then=models.Value(token))
-                    for job_id, token in tokens.items()
-                ),
-                output_field=models.UUIDField(),
-            )
-            updated = (
-                self.using(self.db)
-                .filter(id__in=list(tokens), status=JobStatus.PENDING)
-                .update(**_claimed_fields(token_case, worker_id, lease_seconds))
-            )
-            if updated != len(rows):  # the rows are locked by us: this would be a bug
-                raise RuntimeError(f"claimed {updated} of {len(rows)} locked rows")
-        claimed = []
-        for row in rows:
-            values = list(row)
-            values[dialects.CLAIM_COLUMNS.index("attempts")] += 1
-            values[dialects.CLAIM_COLUMNS.index("claim_token")] = tokens[row[0]]
-            values[dialects.CLAIM_COLUMNS.index("lease_seconds")] = lease_seconds
-            claimed.append(dialects.claimed_from_row(values, json_decoded=True))
-        return claimed
+        return _retry_on_lock_conflict(
+            using,
+            lambda: driver.claim(self.model, worker_id, lease_seconds, batch, picked_queues, stamp),
+        )
 
     # --- fenced transitions --------------------------------------------------------
 
     def _fenced(self, job_id: uuid.UUID, claim_token: uuid.UUID) -> models.QuerySet[Job]:
         """The fence: this job, still running, still under this claim."""
-        from .models import JobStatus
-
         return self.using(self.db).filter(
             id=job_id, status=JobStatus.RUNNING, claim_token=claim_token
         )
@@ -483,7 +415,7 @@ class JobManager(models.Manager["Job"]):
     ) -> ClaimTransition:
         rows = self._fenced(completion.job_id, completion.claim_token).update(**fields)
         outcome = ClaimTransition.from_rowcount(rows)
-        _announce(self.model, completion, outcome)
+        announce(self.model, completion, outcome)
         return outcome
 
     def mark_succeeded(
@@ -548,10 +480,10 @@ class JobManager(models.Manager["Job"]):
         self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta
     ) -> bool:
         """Extend a running job's lease from the database's now; False if the claim is lost."""
-        lease_seconds = _whole_seconds(lease)
-        rows = dialects.retry_on_lock_conflict(
+        lease_seconds = whole_seconds(lease)
+        rows = _retry_on_lock_conflict(
             self.db,
-            lambda: self._fenced(job_id, claim_token).update(**_lease_fields(lease_seconds)),
+            lambda: self._fenced(job_id, claim_token).update(**lease_fields(lease_seconds)),
         )
         if not rows:
             signals.job_claim_lost.send(
@@ -565,17 +497,17 @@ class JobManager(models.Manager["Job"]):
         """Heartbeat several jobs in one transaction; returns the ids whose claim is lost."""
         if not claims:
             return set()
-        lease_seconds = _whole_seconds(lease)
+        lease_seconds = whole_seconds(lease)
 
         def operation() -> set[uuid.UUID]:
             with transaction.atomic(using=self.db):
                 return {
                     job_id
                     for job_id, token in claims
-                    if not self._fenced(job_id, token).update(**_lease_fields(lease_seconds))
+                    if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
                 }
 
-        lost = dialects.retry_on_lock_conflict(self.db, operation)
+        lost = _retry_on_lock_conflict(self.db, operation)
         tokens = dict(claims)
         for job_id in lost:
             signals.job_claim_lost.send(
@@ -585,9 +517,7 @@ class JobManager(models.Manager["Job"]):
 
     def release(self, job_id: uuid.UUID, claim_token: uuid.UUID) -> ClaimTransition:
         """running → pending without using up the attempt (graceful shutdown), fenced."""
-        from .models import JobStatus
-
-        rows = dialects.retry_on_lock_conflict(
+        rows = _retry_on_lock_conflict(
             self.db,
             lambda: self._fenced(job_id, claim_token).update(
                 status=JobStatus.PENDING,
@@ -608,8 +538,8 @@ class JobManager(models.Manager["Job"]):
         return outcome
 
     def _write_one(self, completion: Completion) -> ClaimTransition:
-        fields = self._transition_fields(completion)
-        return dialects.retry_on_lock_conflict(self.db, lambda: self._apply(completion, fields))
+        fields = transition_fields(completion)
+        return _retry_on_lock_conflict(self.db, lambda: self._apply(completion, fields))
 
     def complete_many(self, completions: Sequence[Completion]) -> list[ClaimTransition]:
         """Apply many fenced completions in one transaction (one commit for a batch).
@@ -620,7 +550,7 @@ class JobManager(models.Manager["Job"]):
         """
         if not completions:
             return []
-        field_sets = [self._transition_fields(c) for c in completions]
+        field_sets = [transition_fields(c) for c in completions]
 
         def operation() -> list[ClaimTransition]:
             with transaction.atomic(using=self.db):
@@ -631,34 +561,10 @@ class JobManager(models.Manager["Job"]):
                     for c, fields in zip(completions, field_sets, strict=True)
                 ]
 
-        outcomes = dialects.retry_on_lock_conflict(self.db, operation)
+        outcomes = _retry_on_lock_conflict(self.db, operation)
         for completion, outcome in zip(completions, outcomes, strict=True):
-            _announce(self.model, completion, outcome)
+            announce(self.model, completion, outcome)
         return outcomes
-
-    def _transition_fields(self, completion: Completion) -> dict[str, Any]:
-        conf = get_settings()
-        if completion.kind == "succeeded":
-            fields = _succeeded_fields(completion.result)
-        elif completion.kind == "retry":
-            if completion.available_at is None:
-                raise ValueError("a retry needs available_at")
-            fields = _retry_fields(
-                completion.available_at,
-                truncate_for_storage(completion.message, conf.message_max_bytes),
-                truncate_for_storage(completion.traceback, conf.traceback_max_bytes),
-            )
-        elif completion.kind == "dead":
-            fields = _dead_fields(
-                _known_error_kind(completion.error_kind),
-                truncate_for_storage(completion.message, conf.message_max_bytes),
-                truncate_for_storage(completion.traceback, conf.traceback_max_bytes),
-            )
-        else:
-            raise ValueError(f"unknown completion kind {completion.kind!r}")
-        if completion.attempt_log is not None:
-            fields["attempt_log"] = completion.attempt_log
-        return fields
 
     # --- recovery ----------------------------------------------------------------------
 
@@ -672,7 +578,6 @@ class JobManager(models.Manager["Job"]):
         so ``jobs_swept`` names exactly the jobs this sweep took, and a heartbeat
         that lands first keeps its job.
         """
-        from .models import JobStatus
 
         def expired() -> models.QuerySet[Job]:
             return self.using(self.db).filter(
@@ -697,7 +602,7 @@ class JobManager(models.Manager["Job"]):
                 requeue_ids = [job_id for job_id, tried, limit in rows if tried < limit]
                 if dead_ids:
                     expired().filter(id__in=dead_ids).update(
-                        **_dead_fields(
+                        **dead_fields(
                             DecidedErrorKind.EXHAUSTED, f"{message}; no attempts left", ""
                         )
                     )
@@ -712,7 +617,7 @@ class JobManager(models.Manager["Job"]):
                     )
             return dead_ids, requeue_ids
 
-        dead_ids, requeue_ids = dialects.retry_on_lock_conflict(self.db, operation)
+        dead_ids, requeue_ids = _retry_on_lock_conflict(self.db, operation)
         dead, requeued = len(dead_ids), len(requeue_ids)
         if dead or requeued:
             signals.jobs_swept.send(
@@ -724,8 +629,6 @@ class JobManager(models.Manager["Job"]):
 
     def cancel(self, job_id: uuid.UUID) -> int:
         """pending/running → cancelled. A running job's later completion is fenced out."""
-        from .models import ACTIVE_STATUSES, JobStatus
-
         rows = (
             self.using(self.db)
             .filter(id=job_id, status__in=ACTIVE_STATUSES)
@@ -743,8 +646,6 @@ class JobManager(models.Manager["Job"]):
 
     def requeue_dead(self, job_id: uuid.UUID) -> int:
         """dead → pending with a fresh set of attempts; error and failure time cleared."""
-        from .models import JobStatus
-
         rows = (
             self.using(self.db)
             .filter(id=job_id, status=JobStatus.DEAD)
@@ -765,8 +666,6 @@ class JobManager(models.Manager["Job"]):
 
     def run_now(self, job_id: uuid.UUID) -> int:
         """Make a scheduled pending job available at once."""
-        from .models import JobStatus
-
         return (
             self.using(self.db)
             .filter(id=job_id, status=JobStatus.PENDING)
@@ -775,8 +674,6 @@ class JobManager(models.Manager["Job"]):
 
     def prune(self, older_than: timedelta, statuses: Sequence[str] | None = None) -> int:
         """Delete finished jobs (succeeded and cancelled by default) older than ``older_than``."""
-        from .models import JobStatus
-
         statuses = list(statuses or (JobStatus.SUCCEEDED, JobStatus.CANCELLED))
         if set(statuses) & {JobStatus.PENDING, JobStatus.RUNNING}:
             raise ValueError("prune deletes finished jobs only")
@@ -799,9 +696,7 @@ class JobManager(models.Manager["Job"]):
         compare-and-set on ``status = 'pending'`` means a job a worker already
         took is never claimed twice.
         """
-        from .models import JobStatus
-
-        lease_seconds = _whole_seconds(lease)
+        lease_seconds = whole_seconds(lease)
         token = uuid.uuid4()
 
         def operation() -> ClaimedJob | None:
@@ -809,7 +704,7 @@ class JobManager(models.Manager["Job"]):
                 updated = (
                     self.using(self.db)
                     .filter(id=job_id, status=JobStatus.PENDING)
-                    .update(**_claimed_fields(token, worker_id, lease_seconds))
+                    .update(**claimed_fields(token, worker_id, lease_seconds))
                 )
                 if not updated:
                     return None
@@ -817,19 +712,19 @@ class JobManager(models.Manager["Job"]):
                 row = (
                     self.using(self.db)
                     .filter(id=job_id, claim_token=token)
-                    .values_list(*dialects.CLAIM_COLUMNS)
+                    .values_list(*CLAIM_COLUMNS)
                     .get()
                 )
-            return dialects.claimed_from_row(row, json_decoded=True)
+            return claimed_from_row(row, json_decoded=True)
 
-        return dialects.retry_on_lock_conflict(self.db, operation)
+        return _retry_on_lock_conflict(self.db, operation)
 
     # --- batched completions (the worker's hot path) ------------------------------------
 
     def complete_batch(self, completions: Sequence[Completion]) -> list[ClaimTransition]:
         """Like :meth:`complete_many`, in one UPDATE per transition where the database can.
 
-        Same fields (``_transition_fields``), same per-row fence on id, token and
+        Same fields (``transition_fields``), same per-row fence on id, token and
         ``status = 'running'``, same events after the commit; on PostgreSQL and
         SQLite each group of same-kind completions is a single ``UPDATE … FROM
         (VALUES …) RETURNING id`` instead of one statement per job. Elsewhere it
@@ -837,256 +732,30 @@ class JobManager(models.Manager["Job"]):
         """
         if not completions:
             return []
-        if not dialects.supports_batch_completion(connections[self.db].vendor):
+        driver = driver_for(self.db)
+        if not driver.supports_batch_completion():
             return self.complete_many(completions)
         groups: dict[tuple[str, ...], list[tuple[uuid.UUID, uuid.UUID, dict[str, Any]]]] = {}
         for completion in completions:
-            fields = self._transition_fields(completion)
+            fields = transition_fields(completion)
             groups.setdefault(tuple(fields), []).append(
                 (completion.job_id, completion.claim_token, fields)
             )
-        size = dialects.BATCH_COMPLETION_ROWS
+        size = driver.BATCH_COMPLETION_ROWS
 
         def operation() -> set[uuid.UUID]:
             updated: set[uuid.UUID] = set()
             with transaction.atomic(using=self.db):
                 for rows in groups.values():
                     for start in range(0, len(rows), size):
-                        updated |= dialects.complete_in_one_statement(
-                            self.db, self.model, rows[start : start + size]
-                        )
+                        updated |= driver.complete_batch(self.model, rows[start : start + size])
             return updated
 
-        updated = dialects.retry_on_lock_conflict(self.db, operation)
+        updated = _retry_on_lock_conflict(self.db, operation)
         outcomes = [
             ClaimTransition.UPDATED if c.job_id in updated else ClaimTransition.LOST
             for c in completions
         ]
         for completion, outcome in zip(completions, outcomes, strict=True):
-            _announce(self.model, completion, outcome)
+            announce(self.model, completion, outcome)
         return outcomes
-
-
-# --- Named transitions: the fields each fenced outcome writes, in one place each -------
-
-
-def _lease_fields(lease_seconds: int) -> dict[str, Any]:
-    """A fresh lease from the database's now: what a claim and a heartbeat both stamp."""
-    return {
-        "locked_at": DatabaseNow(),
-        "lease_seconds": lease_seconds,
-        "lease_expires_at": DatabaseNow(lease_seconds),
-    }
-
-
-def _claimed_fields(token: Any, worker_id: str, lease_seconds: int) -> dict[str, Any]:
-    """pending → running under a new claim token (``token`` may be a per-row CASE)."""
-    from .models import JobStatus
-
-    return {
-        "status": JobStatus.RUNNING,
-        "attempts": F("attempts") + 1,
-        "claim_token": token,
-        "locked_by": worker_id,
-        "started_at": Coalesce("started_at", DatabaseNow()),
-        **_lease_fields(lease_seconds),
-    }
-
-
-def _succeeded_fields(result: Any) -> dict[str, Any]:
-    from .models import JobStatus
-
-    return {
-        "status": JobStatus.SUCCEEDED,
-        "claim_token": None,
-        "unique_key": None,
-        "lease_expires_at": None,
-        "finished_at": DatabaseNow(),
-        "result": result,
-    }
-
-
-def _retry_fields(available_at: datetime, message: str, traceback: str) -> dict[str, Any]:
-    from .models import JobStatus
-
-    return {
-        "status": JobStatus.PENDING,
-        "claim_token": None,
-        "lease_expires_at": None,
-        "available_at": available_at,
-        "last_error": message,
-        "last_traceback": traceback,
-    }
-
-
-def _dead_fields(error_kind: str, message: str, traceback: str) -> dict[str, Any]:
-    from .models import JobStatus
-
-    return {
-        "status": JobStatus.DEAD,
-        "claim_token": None,
-        "unique_key": None,
-        "lease_expires_at": None,
-        "error_kind": str(error_kind),
-        "last_error": message,
-        "last_traceback": traceback,
-        "failed_at": DatabaseNow(),
-        "finished_at": DatabaseNow(),
-    }
-
-
-def _known_error_kind(value: str) -> str:
-    try:
-        return DecidedErrorKind(value).value
-    except ValueError:
-        known = ", ".join(kind.value for kind in DecidedErrorKind)
-        raise ValueError(f"unknown error kind {value!r}; use one of {known}") from None
-
-
-def _announce(sender: type[Job], completion: Completion, outcome: ClaimTransition) -> None:
-    """Send the observer event for a fenced write: its own event if it landed,
-    ``job_claim_lost`` if it was fenced out (and never both)."""
-    if outcome is ClaimTransition.LOST:
-        signals.job_claim_lost.send(
-            sender=sender,
-            job_id=completion.job_id,
-            claim_token=completion.claim_token,
-            attempted=completion.kind,
-        )
-        return
-    signal = {
-        "succeeded": signals.job_succeeded,
-        "retry": signals.job_retried,
-        "dead": signals.job_dead,
-    }[completion.kind]
-    signal.send(sender=sender, job_id=completion.job_id, completion=completion)
-
-
-def _whole_seconds(lease: float | timedelta) -> int:
-    seconds = lease.total_seconds() if isinstance(lease, timedelta) else float(lease)
-    if not 1 <= seconds <= MAX_LEASE_SECONDS:  # also refuses NaN
-        raise ValueError(f"a lease must be from 1 to {MAX_LEASE_SECONDS} seconds, not {lease!r}")
-    return round(seconds)
-
-
-def _save(row: Job, using: str) -> Job:
-    row.save(force_insert=True, using=using)
-    return row
-
-
-def _split_arguments(item: Any) -> tuple[list[Any], dict[str, Any]]:
-    if isinstance(item, Mapping):
-        return [], dict(item)
-    if (
-        isinstance(item, tuple)
-        and len(item) == 2
-        and isinstance(item[0], list | tuple)
-        and isinstance(item[1], Mapping)
-    ):
-        return list(item[0]), dict(item[1])
-    if isinstance(item, list | tuple):
-        return list(item), {}
-    return [item], {}
-
-
-class _RowMaker:
-    """Unsaved job rows of one enqueue call, which differ only in a few fields.
-
-    A bulk enqueue builds thousands of rows, and ``Model.__init__`` with keyword
-    arguments was a fifth of its time. The values every row shares are read
-    once from a row built the ordinary way, so each default is the ORM's own; a
-    callable default (``attempt_log=list``) is called per row, so no two rows
-    share a mutable value. While nobody listens to ``pre_init``/``post_init``
-    for the model, a row is assembled the way ``Model.__init__`` leaves it (its
-    field values and a fresh ``ModelState``), without the per-field loop;
-    otherwise it goes through ``__init__`` with positional values, which sends
-    the signals.
-    """
-
-    #: Set per row by :meth:`make`, in its argument order.
-    PER_ROW = ("id", "payload", "available_at", "created_at", "unique_key")
-
-    def __init__(self, model: type[Job], **shared: Any) -> None:
-        fields = model._meta.concrete_fields
-        sample = model(**shared)
-        self.model = model
-        self.template = {field.attname: getattr(sample, field.attname) for field in fields}
-        fresh = [
-            field
-            for field in fields
-            if field.attname not in shared
-            and field.attname not in self.PER_ROW
-            and field.has_default()
-            and callable(field.default)
-        ]
-        self.fresh = [(field.attname, field.get_default) for field in fresh]
-        #: The fields whose values may differ between rows; the rest are the same in all
-        #: (a new empty list or dict in each row is still the same value).
-        self.varying = (
-            *self.PER_ROW,
-            *(field.attname for field in fresh if field.default not in (list, dict)),
-        )
-        self.plain = not (
-            models.signals.pre_init.has_listeners(model)
-            or models.signals.post_init.has_listeners(model)
-        )
-
-    def make(
-        self,
-        job_id: uuid.UUID,
-        payload: dict[str, Any],
-        available_at: datetime,
-        created_at: datetime,
-        unique_key: str | None,
-    ) -> Job:
-        values = self.template.copy()
-        values["id"] = job_id
-        values["payload"] = payload
-        values["available_at"] = available_at
-        values["created_at"] = created_at
-        values["unique_key"] = unique_key
-        for attname, default in self.fresh:
-            values[attname] = default()
-        if not self.plain:
-            # The template's keys are in field order: these are the positional values.
-            built: Job = self.model(*values.values())  # type: ignore[misc]
-            return built
-        row = self.model.__new__(self.model)
-        values["_state"] = ModelState()
-        row.__dict__ = values
-        return row
-
-
-def _delay_offset(delay: float | timedelta | None, run_at: datetime | None) -> timedelta | None:
-    """Check ``delay``/``run_at``; the offset from "now" a delay gives, or None."""
-    if delay is not None and run_at is not None:
-        raise ValueError("Pass either delay or run_at, not both.")
-    if run_at is not None:
-        if not isinstance(run_at, datetime):
-            raise TypeError(f"run_at must be a datetime, not {run_at!r}")
-        if timezone.is_naive(run_at):
-            raise ValueError("run_at must be timezone-aware (use django.utils.timezone).")
-        return None
-    if delay is None:
-        return None
-    if isinstance(delay, bool) or not isinstance(delay, int | float | timedelta):
-        raise TypeError(f"delay must be a number of seconds or a timedelta, not {delay!r}")
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-    if not 0 <= seconds <= _MAX_DELAY_SECONDS:  # also refuses NaN
-        raise ValueError(f"delay must be from 0 to {_MAX_DELAY_SECONDS} seconds, not {delay!r}")
-    return timedelta(seconds=seconds)
-
-
-def _new_ids(count: int) -> list[uuid.UUID]:
-    """``count`` random (version 4) UUIDs, as ``uuid.uuid4()`` makes them.
-
-    From one read of the system's random source instead of one per id: for a
-    bulk enqueue that read was a fifth of the time spent building each row.
-    """
-    if count == 1:
-        return [uuid.uuid4()]
-    random_bytes = os.urandom(16 * count)
-    return [
-        uuid.UUID(bytes=random_bytes[start : start + 16], version=4)
-        for start in range(0, 16 * count, 16)
-    ]
