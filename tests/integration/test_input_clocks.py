@@ -24,7 +24,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_arcature.dialects import now_sql
+from django_arcature.db import now_sql
 from django_arcature.models import Job
 from django_arcature.testing import run_job
 from tests.testapp.jobs import noop
