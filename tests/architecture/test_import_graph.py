@@ -158,19 +158,22 @@ def test_pure_core_imports_no_database(module: str) -> None:
     ), (module, internal)
 
 
+_ABOVE_THE_MANAGER = (
+    "django_arcature.worker",
+    "django_arcature.admin",
+    "django_arcature.tasks",
+    "django_arcature.management",
+)
+
 LAYERS = {
-    # A module in the key may not import any module under the listed prefixes.
-    "django_arcature.managers": (
-        "django_arcature.worker",
-        "django_arcature.admin",
-        "django_arcature.tasks",
-        "django_arcature.management",
-    ),
+    # A module in the key (or under it) may not import any module under the listed prefixes.
+    "django_arcature.managers": _ABOVE_THE_MANAGER,
+    "django_arcature.manager": _ABOVE_THE_MANAGER,
+    "django_arcature.transitions": _ABOVE_THE_MANAGER,
     "django_arcature.db": (
+        *_ABOVE_THE_MANAGER,
         "django_arcature.managers",
-        "django_arcature.worker",
-        "django_arcature.admin",
-        "django_arcature.tasks",
+        "django_arcature.manager",
     ),
     "django_arcature.worker": ("django_arcature.admin", "django_arcature.management"),
 }
