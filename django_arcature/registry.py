@@ -315,8 +315,6 @@ def job[**P, R](
     return register_func
 
 
-
-
 def _check_options(
     name: str | None,
     queue: str | None,

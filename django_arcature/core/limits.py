@@ -55,7 +55,10 @@ def unique_key_problem(value: object) -> str | None:
     if not isinstance(value, str):
         return f"unique_key must be a string, not {type(value).__name__}"
     if not 0 < len(value) <= UNIQUE_KEY_MAX_LENGTH:
-        return f"unique_key must be 1 to {UNIQUE_KEY_MAX_LENGTH} characters long, not {len(value)}"
+        return (
+            f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
+            f"not {value[:80]!r}"
+        )
     if "\x00" in value or any("\ud800" <= char <= "\udfff" for char in value):
         return "unique_key contains a NUL character or a lone surrogate"
     return None

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_arcature.models import Job
-from django_arcature.tasks_compat import InvalidTask, TaskResultStatus, task_backends
+from django_arcature.tasks.compat import InvalidTask, TaskResultStatus, task_backends
 from django_arcature.testing import drain
 from tests.testapp import tasks as app_tasks
 

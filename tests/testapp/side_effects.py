@@ -6,7 +6,7 @@ naming it must not make a worker, or a web process reading a result, import it.
 
 from __future__ import annotations
 
-from django_arcature.tasks_compat import task
+from django_arcature.tasks.compat import task
 
 IMPORTED = True
 

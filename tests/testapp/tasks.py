@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_arcature.tasks_compat import task
+from django_arcature.tasks.compat import task
 
 
 @task
