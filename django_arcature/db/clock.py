@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
-
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, Func
 from django.db.models.sql.compiler import SQLCompiler

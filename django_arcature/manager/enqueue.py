@@ -21,8 +21,8 @@ from django_arcature.core.limits import (
 )
 from django_arcature.core.payloads import ensure_payload_size
 from django_arcature.db import DatabaseNow, driver_for
-from django_arcature.db.clock import database_now
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.db.clock import database_now
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
 
 from .base import JobWriter

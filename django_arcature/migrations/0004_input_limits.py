@@ -6,9 +6,10 @@ keys); elsewhere nothing changes in the database. The JSON columns name the
 encoder that writes large floats in full (no SQL on any database).
 """
 
+from django.db import migrations, models
+
 import django_arcature.core.payloads
 import django_arcature.db.fields
-from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
