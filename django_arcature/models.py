@@ -40,9 +40,7 @@ class Job(models.Model):
     claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
     # NULL, not "": NULLs never collide in the unique constraint, so jobs without a key
     # (and finished jobs, which give theirs up) do not block each other.
-    unique_key = ExactCharField(
-        _("unique key"), max_length=255, null=True, blank=True
-    )
+    unique_key = ExactCharField(_("unique key"), max_length=255, null=True, blank=True)
     error_kind = models.CharField(
         _("error kind"), max_length=16, choices=ErrorKind.choices, blank=True, default=""
     )

@@ -38,6 +38,10 @@ class MySQLDriver(Driver):
         return f"TIMESTAMPADD(MICROSECOND, {micros}, {base})" if micros else base
 
     @classmethod
+    def now_plus_sql(cls, seconds_sql: str) -> str:
+        return f"TIMESTAMPADD(MICROSECOND, ROUND({seconds_sql} * 1000000), UTC_TIMESTAMP(6))"
+
+    @classmethod
     def is_lock_conflict(cls, exc: BaseException) -> bool:
         if not isinstance(exc, DatabaseError):
             return False

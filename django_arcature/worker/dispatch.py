@@ -372,7 +372,8 @@ def completion_for(
         if policy is None:
             policy = (spec.retry if spec else None) or default_retry_policy()
         state = JobState(attempts=claimed.attempts, max_attempts=claimed.max_attempts)
-        decided = decide(state, outcome, policy, now or timezone.now())
+        now = now or timezone.now()
+        decided = decide(state, outcome, policy, now)
     log = [*claimed.attempt_log, {"worker": worker_id, "error": attempt_error(outcome)}]
     match decided:
         case Succeeded(result=result):
@@ -388,6 +389,9 @@ def completion_for(
                 message=message,
                 traceback=tb,
                 attempt_log=log,
+                # The backoff, not the instant: the write counts it on the database's
+                # clock, which is the one the claim compares available_at with.
+                retry_delay=(available_at - now).total_seconds() if now else None,
             )
         case Dead(error_kind=kind, message=message, traceback=tb):
             return Completion(

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_arcature.checks.migrations import migration_problem
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.worker import Worker
 
@@ -124,6 +125,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        problem = migration_problem(options["database"])
+        if problem:  # before migrate: say what to do, once, instead of retrying forever
+            raise CommandError(problem)
         self._configure_logging(options["verbosity"])
         try:
             worker = Worker(
