@@ -52,8 +52,11 @@ def database_now(using: str) -> datetime:
         cursor.execute(f"SELECT {now_sql(connection.vendor)}", [])
         row = cursor.fetchone()
     value = row[0]
-    if isinstance(value, str):  # SQLite: ISO text in UTC
+    if isinstance(value, str):  # SQLite: ISO text in UTC, read as the end of its millisecond
         value = datetime.fromisoformat(value)
+        # ... so go back to its start: times offset from this reading must not land
+        # in the next millisecond, where a claim in this one would not see them.
+        value = value.replace(microsecond=value.microsecond // 1000 * 1000)
     if not isinstance(value, datetime):
         raise TypeError(f"the database's clock read as {value!r}")
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
