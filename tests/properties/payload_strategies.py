@@ -29,7 +29,7 @@ SOAK = os.environ.get("HYPOTHESIS_PROFILE") == "soak" or os.environ.get("ARCATUR
 
 settings.register_profile(
     "arcature-payload-ci",
-    max_examples=25,
+    max_examples=12,
     deadline=None,
     derandomize=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

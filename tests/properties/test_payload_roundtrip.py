@@ -3,17 +3,21 @@
 Each value is enqueued through one of the four enqueue paths. The documented
 rules (the oracle in ``payload_strategies``) say whether it must be refused;
 refused values must raise ``MalformedPayload`` before any SQL, leaving the
-caller's transaction usable; accepted ones are run by a real in-process
-``Worker`` and must come back exactly (types included) as the stored payload
-and as the result, and the admin's list and detail pages must render them
-(status 200, markup escaped). Error texts with NUL, lone surrogates and markup
-raised by handlers must end the job ``dead`` with a readable, escaped reason.
+caller's transaction usable; accepted ones are run by a real worker process
+(``arcature_worker --burst``, batched claims and completions) and must come
+back exactly (types included) as the stored payload and as the result, and the
+admin's list and detail pages must render them (status 200, markup escaped).
+Error texts with NUL, lone surrogates and markup raised by handlers must end
+the job ``dead`` with a readable, escaped reason.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +25,12 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
-from hypothesis import given
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from django_arcature.exceptions import MalformedPayload
 from django_arcature.models import Job
-from django_arcature.worker import Worker
+from tests.dburl import database_url
 from tests.testapp import tasks as app_tasks
 from tests.testapp.jobs import echo
 
@@ -41,7 +45,9 @@ from .payload_strategies import (
     text,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
+
+REPO = Path(__file__).resolve().parents[2]
 
 RUNS: dict[str, int] = {}
 
@@ -50,14 +56,21 @@ def counted(name: str) -> None:
     RUNS[name] = RUNS.get(name, 0) + 1
 
 
+class _ExamplesReport:
+    """A plugin registered by the fixture below: its summary line survives output capture."""
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if RUNS:
+            parts = ", ".join(f"{name}: {count}" for name, count in sorted(RUNS.items()))
+            terminalreporter.write_line(f"hypothesis payload suite on {connection.vendor}: {parts}")
+
+
 @pytest.fixture(scope="module", autouse=True)
-def report_examples(request: pytest.FixtureRequest) -> Iterator[None]:
+def report_examples(request: pytest.FixtureRequest) -> None:
     """Say how many examples ran, per database, at the end of the run (CI keeps the line)."""
-    yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and RUNS:
-        parts = ", ".join(f"{name}: {count}" for name, count in sorted(RUNS.items()))
-        reporter.write_line(f"hypothesis payload suite on {connection.vendor}: {parts}")
+    manager = request.config.pluginmanager
+    if not manager.has_plugin("arcature-payload-examples"):
+        manager.register(_ExamplesReport(), "arcature-payload-examples")
 
 
 def via_manager(value: Any) -> Job:
@@ -85,15 +98,28 @@ PATHS: dict[str, Callable[[Any], Job]] = {
 
 
 def run_worker(timeout: float = 120) -> None:
-    """A real Worker, in this process, until the queue is empty; fail if it does not stop."""
-    worker = Worker(burst=True, concurrency=2, install_signal_handlers=False, poll_interval=0.05)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        worker.stop()
-        thread.join(30)
+    """A real ``arcature_worker --burst`` process until the queue is empty; fail if it
+    does not stop (a job stuck) or exits non-zero."""
+    connection.close()  # what this test wrote is committed; the worker sees it
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "ARCATURE_USE_TEST_DATABASE": "1",
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": str(REPO),
+    }
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-m", "django", "arcature_worker", "--burst", "--concurrency", "2"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
         pytest.fail(f"the worker was still running after {timeout}s: a job is stuck")
+    assert finished.returncode == 0, finished.stderr[-3000:]
 
 
 def admin_client() -> Client:
@@ -176,7 +202,7 @@ def test_values_are_refused_by_the_rules_or_come_back_exactly(
     counted("end to end")
 
 
-@PROFILE
+@settings(PROFILE, max_examples=max(4, PROFILE.max_examples // 3))
 @given(value=big_strings, path=st.sampled_from(list(PATHS)))
 def test_megabyte_strings_are_refused_by_size_or_come_back_exactly(value: str, path: str) -> None:
     clean()
@@ -190,7 +216,18 @@ def test_megabyte_strings_are_refused_by_size_or_come_back_exactly(value: str, p
     counted("megabyte end to end")
 
 
-@PROFILE
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 10 defect 1 (engineer r1): handler text with NUL or a lone surrogate is "
+    "stored raw in the attempt log, so the admin's detail page fails to encode it (SQLite, "
+    "MariaDB) or the worker cannot write it (PostgreSQL); fixed by the stored-text sanitizer",
+)
+# No shrinking: each example waits for a worker process, and a stuck worker for its timeout.
+@settings(
+    PROFILE,
+    max_examples=max(6, PROFILE.max_examples // 2),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 @given(message=text, poison=st.booleans())
 def test_error_texts_end_dead_with_a_readable_escaped_reason(message: str, poison: bool) -> None:
     clean()
@@ -202,7 +239,7 @@ def test_error_texts_end_dead_with_a_readable_escaped_reason(message: str, poiso
         counted("error text refused")
         return
     assert not argument_refused
-    run_worker()
+    run_worker(timeout=20)
     job.refresh_from_db()
     assert (job.status, job.error_kind) == ("dead", "exhausted"), job.last_error
     assert "\x00" not in job.last_error
