@@ -31,6 +31,9 @@ GOOD: dict[str, list[Any]] = {
     "SHUTDOWN_TIMEOUT": [0, 30.0],
     "DEFAULT_QUEUE": ["default", "email", "q" * 100],
     "USE_LISTEN_NOTIFY": [True, False],
+    "LISTEN_DATABASE": [None, "default"],
+    "WAKE_HINTS": [True, False],
+    "WAKE_HINT_DIR": [None, "/tmp/arcature", "/run/arcature-wake"],
     "EAGER": [True, False],
     "MAX_PAYLOAD_BYTES": [1024, 1024 * 1024, 4 * 1024 * 1024],
 }
@@ -52,6 +55,9 @@ BAD: dict[str, list[Any]] = {
     "SHUTDOWN_TIMEOUT": [-1, None, math.nan],
     "DEFAULT_QUEUE": ["", "q" * 101, None, 3],
     "USE_LISTEN_NOTIFY": [1, 0, "yes", None],
+    "LISTEN_DATABASE": ["no-such-alias", "", 1],
+    "WAKE_HINTS": [1, "yes", None],
+    "WAKE_HINT_DIR": ["relative/dir", "", "/" + "x" * 90, 3],
     "EAGER": [1, "False", None],
 }
 

@@ -7,10 +7,13 @@ import logging
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature.checks.migrations import migration_problem
+from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.worker import Worker
 
@@ -120,15 +123,18 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--database",
-            default="default",
-            help='The database alias holding the job table. Default: "default".',
+            default=None,
+            help='The database alias holding the job table. Default: ARCATURE["DATABASE"], '
+            'else "default".',
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        problem = migration_problem(options["database"])
+        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        problem = migration_problem(using)
         if problem:  # before migrate: say what to do, once, instead of retrying forever
             raise CommandError(problem)
         self._configure_logging(options["verbosity"])
+        self._warn_about_sqlite_writers(using)
         try:
             worker = Worker(
                 queues=options["queues"],
@@ -148,6 +154,16 @@ class Command(BaseCommand):
         status = worker.run()
         if status:
             raise SystemExit(status)
+
+    def _warn_about_sqlite_writers(self, alias: str) -> None:
+        """arcature.W002 here, not on every command: a running worker is the second writer."""
+        database = settings.DATABASES.get(alias)
+        if database is None:
+            return  # the Worker refuses an unknown alias with its own message
+        for message in writer_messages({alias: database}):
+            self.stderr.write(
+                self.style.WARNING(f"({message.id}) {message.msg}\n\tHINT: {message.hint}")
+            )
 
     def _configure_logging(self, verbosity: int) -> None:
         """Show progress unless the project already routes django_arcature's logs."""
