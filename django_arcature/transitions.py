@@ -9,6 +9,7 @@ its own if it landed, ``job_claim_lost`` if it was fenced out, never both.
 from __future__ import annotations
 
 import enum
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -70,6 +71,9 @@ class Completion:
     #: (``available_at`` is then only the worker's estimate, for observers). Without
     #: it, a retry is written for ``available_at`` as given.
     retry_delay: float | None = None
+    #: ``time.monotonic()`` when ``retry_delay`` was decided: a batched write that lands
+    #: later waits only what is left of the backoff, still on the database's clock.
+    decided_monotonic: float | None = None
 
 
 def lease_fields(lease_seconds: int) -> dict[str, Any]:
@@ -173,7 +177,10 @@ def transition_fields(completion: Completion) -> dict[str, Any]:
     elif completion.kind == "retry":
         when: datetime | DatabaseNow
         if completion.retry_delay is not None:
-            when = DatabaseNow(max(0.0, completion.retry_delay))
+            waited = 0.0
+            if completion.decided_monotonic is not None:
+                waited = time.monotonic() - completion.decided_monotonic
+            when = DatabaseNow(max(0.0, completion.retry_delay - waited))
         elif completion.available_at is not None:
             when = completion.available_at
         else:

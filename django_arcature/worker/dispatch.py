@@ -14,6 +14,7 @@ import asyncio
 import importlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -392,6 +393,7 @@ def completion_for(
                 # The backoff, not the instant: the write counts it on the database's
                 # clock, which is the one the claim compares available_at with.
                 retry_delay=(available_at - now).total_seconds() if now else None,
+                decided_monotonic=time.monotonic(),
             )
         case Dead(error_kind=kind, message=message, traceback=tb):
             return Completion(
