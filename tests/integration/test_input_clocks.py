@@ -53,9 +53,9 @@ def database_now() -> datetime:
     """The database server's clock, read with the package's own SQL for it."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {now_sql(connection.vendor)}", [])
-        value = cursor.fetchone()[0]
-    if isinstance(value, str):  # SQLite: text in UTC
-        value = datetime.fromisoformat(value)
+        raw = cursor.fetchone()[0]
+    # SQLite gives text in UTC, MariaDB a naive UTC datetime, PostgreSQL an aware one.
+    value: datetime = datetime.fromisoformat(raw) if isinstance(raw, str) else raw
     return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
 
 

@@ -31,7 +31,7 @@ def _check(func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
 
 # Text every database stores (no NUL; st.text never makes lone surrogates), and
 # floats other than -0.0 (PostgreSQL drops the sign of a zero).
-storable_text = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)))
+storable_text = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]))
 json_values = st.recursive(
     st.none()
     | st.booleans()
