@@ -37,7 +37,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "arcature-payload-soak",
-    max_examples=1000,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
