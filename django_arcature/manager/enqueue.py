@@ -19,7 +19,7 @@ from django_arcature.core.limits import (
     priority_problem,
     unique_key_problem,
 )
-from django_arcature.core.payloads import ensure_payload_size
+from django_arcature.core.payloads import arguments_fit, ensure_payload_size
 from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.db.clock import database_now
@@ -277,12 +277,14 @@ class EnqueueWrites(JobWriter):
                 except MalformedPayload as exc:  # worded as prepare_enqueue words it
                     raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
         conf = get_settings()
+        limit = conf.max_payload_bytes
         for args, kwargs in items:
-            ensure_payload_size(
-                {"args": args, "kwargs": kwargs},
-                conf.max_payload_bytes,
-                f"cannot enqueue {plan.name}: its arguments",
-            )
+            if not arguments_fit(args, kwargs, limit):  # then measured exactly
+                ensure_payload_size(
+                    {"args": args, "kwargs": kwargs},
+                    limit,
+                    f"cannot enqueue {plan.name}: its arguments",
+                )
         offset = delay_offset(delay, run_at)
         attempts_allowed = next(
             value
