@@ -390,9 +390,11 @@ def completion_for(
                 message=message,
                 traceback=tb,
                 attempt_log=log,
-                # The backoff, not the instant: the write counts it on the database's
-                # clock, which is the one the claim compares available_at with.
-                retry_delay=(available_at - now).total_seconds() if now else None,
+                # What is left of the backoff, not the instant: the write counts it on
+                # the database's clock, which is the one the claim compares with.
+                # (Measured against this host's clock now, since ``now`` may be when
+                # the handler returned; only a difference of this host's readings.)
+                retry_delay=(available_at - timezone.now()).total_seconds(),
                 decided_monotonic=time.monotonic(),
             )
         case Dead(error_kind=kind, message=message, traceback=tb):
