@@ -304,6 +304,7 @@ class EnqueueWrites(JobWriter):
         )
         if problem:
             raise ValueError(problem)
+        traced = _trace_context(self.model, plan.name, queue_name, len(items))
         maker = RowMaker(
             self.model,
             task_name=plan.name,
@@ -313,6 +314,7 @@ class EnqueueWrites(JobWriter):
             max_attempts=attempts_allowed,
             lease_seconds=conf.lease_seconds,
             backend=backend,
+            **({"trace_context": traced} if traced else {}),
         )
         derive_key = plan.unique and unique_key is None
         ids = new_ids(len(items))
@@ -394,3 +396,14 @@ def _read_clock_fields(job: Job, using: str) -> None:
     ]
     if pending:
         job.refresh_from_db(using=using, fields=pending)
+
+
+def _trace_context(model: type[Any], task_name: str, queue: str, count: int) -> dict[str, str]:
+    """What ``jobs_enqueuing`` receivers (tracing) want stored with this call's jobs."""
+    carrier: dict[str, str] = {}
+    for _receiver, response in signals.notify(
+        signals.jobs_enqueuing, model, task_name=task_name, queue=queue, count=count
+    ):
+        if isinstance(response, dict):
+            carrier.update(response)
+    return carrier

@@ -55,15 +55,20 @@ class LeaseWrites(JobWriter):
         def stamp(token: Any) -> dict[str, Any]:
             return claimed_fields(token, worker_id, lease_seconds)
 
-        return _retry_on_lock_conflict(
+        claimed = _retry_on_lock_conflict(
             using,
             lambda: driver.claim(self.model, worker_id, lease_seconds, batch, picked_queues, stamp),
         )
+        if claimed:
+            signals.notify(signals.jobs_claimed, self.model, jobs=claimed, worker_id=worker_id)
+        return claimed
 
     def heartbeat(
         self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta
     ) -> bool:
         """Extend a running job's lease from the database's now; False if the claim is lost."""
+        if driver_for(self.db).fences_by_join():
+            return job_id not in self.heartbeat_many([(job_id, claim_token)], lease)
         lease_seconds = whole_seconds(lease)
         rows = _retry_on_lock_conflict(
             self.db,
@@ -82,14 +87,24 @@ class LeaseWrites(JobWriter):
         if not claims:
             return set()
         lease_seconds = whole_seconds(lease)
+        driver = driver_for(self.db)
+        rows = [(job_id, token, lease_fields(lease_seconds)) for job_id, token in claims]
+        size = driver.BATCH_COMPLETION_ROWS
 
         def operation() -> set[uuid.UUID]:
             with transaction.atomic(using=self.db):
-                return {
-                    job_id
-                    for job_id, token in claims
-                    if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
-                }
+                if not driver.fences_by_join():
+                    return {
+                        job_id
+                        for job_id, token in claims
+                        if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
+                    }
+                # One fenced UPDATE per 500 claims, as for a batched completion: the
+                # same fence on id, token and status, the rows reached by primary key.
+                extended: set[uuid.UUID] = set()
+                for start in range(0, len(rows), size):
+                    extended |= driver.complete_batch(self.model, rows[start : start + size])
+                return {job_id for job_id, _ in claims} - extended
 
         lost = _retry_on_lock_conflict(self.db, operation)
         tokens = dict(claims)
@@ -210,4 +225,7 @@ class LeaseWrites(JobWriter):
                 )
             return claimed_from_row(row, json_decoded=True)
 
-        return _retry_on_lock_conflict(self.db, operation)
+        claimed = _retry_on_lock_conflict(self.db, operation)
+        if claimed is not None:
+            signals.notify(signals.jobs_claimed, self.model, jobs=[claimed], worker_id=worker_id)
+        return claimed

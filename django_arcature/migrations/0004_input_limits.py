@@ -14,7 +14,7 @@ import django_arcature.db.fields
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_arcature", "0003_deadjob_created_idx"),
+        ("django_arcature", "0005_postgresql_partial_indexes"),
     ]
 
     operations = [
