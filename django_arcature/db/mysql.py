@@ -18,7 +18,13 @@ from django.db.models import Q
 
 from .base import ClaimedFields, CompletionRow, Driver
 from .batch import batch_parts
-from .claimed import CLAIM_COLUMNS, ClaimedJob, as_uuid, claimed_from_row
+from .claimed import (
+    CLAIM_COLUMNS,
+    ClaimedJob,
+    as_uuid,
+    claim_select_columns,
+    claimed_from_rows,
+)
 from .clock import DatabaseNow
 from .rows import Converter, prepare_rows
 
@@ -36,6 +42,10 @@ class MySQLDriver(Driver):
         micros = round(float(seconds) * 1_000_000)
         base = "UTC_TIMESTAMP(6)"
         return f"TIMESTAMPADD(MICROSECOND, {micros}, {base})" if micros else base
+
+    @classmethod
+    def now_plus_sql(cls, seconds_sql: str) -> str:
+        return f"TIMESTAMPADD(MICROSECOND, ROUND({seconds_sql} * 1000000), UTC_TIMESTAMP(6))"
 
     @classmethod
     def is_lock_conflict(cls, exc: BaseException) -> bool:
@@ -61,8 +71,12 @@ class MySQLDriver(Driver):
             )
             if queues:
                 candidates = candidates.filter(queue__in=queues)
+            # JSON stays undecoded here: one row that cannot be decoded must not fail
+            # (and, on every retry, block) the claim of the whole batch.
             rows = list(
-                candidates.order_by("-priority", "available_at").values_list(*CLAIM_COLUMNS)[:batch]
+                candidates.order_by("-priority", "available_at").values_list(
+                    *claim_select_columns(self.vendor)
+                )[:batch]
             )
             if not rows:
                 return []
@@ -79,14 +93,14 @@ class MySQLDriver(Driver):
             )
             if updated != len(rows):  # the rows are locked by us: this would be a bug
                 raise RuntimeError(f"claimed {updated} of {len(rows)} locked rows")
-        claimed = []
+        stamped = []
         for row in rows:
             values = list(row)
             values[CLAIM_COLUMNS.index("attempts")] += 1
             values[CLAIM_COLUMNS.index("claim_token")] = tokens[row[0]]
             values[CLAIM_COLUMNS.index("lease_seconds")] = lease_seconds
-            claimed.append(claimed_from_row(values, json_decoded=True))
-        return claimed
+            stamped.append(values)
+        return claimed_from_rows(stamped)
 
     def supports_batch_completion(self) -> bool:
         return True
@@ -179,6 +193,11 @@ class MySQLDriver(Driver):
         return int(examined * float(filtered) / 100) if filtered is not None else int(examined)
 
 
+#: The most one multi-row INSERT carries: half of MariaDB's and MySQL's default
+#: ``max_allowed_packet`` (16 MiB), which refuses a larger statement outright.
+STATEMENT_BYTES = 8 * 1024 * 1024
+
+
 def _insert_multi_row(
     cursor: Any,
     connection: Any,
@@ -198,16 +217,29 @@ def _insert_multi_row(
     )
     row_sql = f"({template})"
     order = [position for position, _, _ in converters]
+    base_bytes = len(template) + len(columns) + 64
     batch: list[Any] = []
     count = 0
+    statement_bytes = 0
     for row in rows:
-        batch.extend(row[position] for position in order)
+        values = [row[position] for position in order]
+        # Quoting can double a text (every quote and backslash escaped): count it twice.
+        row_bytes = base_bytes + sum(
+            2 * len(value) if isinstance(value, str | bytes) else 32 for value in values
+        )
+        if count and statement_bytes + row_bytes > STATEMENT_BYTES:
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch
+            )
+            batch, count, statement_bytes = [], 0, 0
+        batch.extend(values)
         count += 1
+        statement_bytes += row_bytes
         if count == batch_size:
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch
             )
-            batch, count = [], 0
+            batch, count, statement_bytes = [], 0, 0
     if count:
         cursor.execute(
             f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch
