@@ -249,11 +249,9 @@ def test_a_worker_with_hostile_results_and_errors_drains_and_exits() -> None:
     assert run.status == 0
     assert [fresh(job_id).result for job_id in good] == list(range(6))
     assert not Job.objects.filter(status__in=["pending", "running"]).exists()
-    assert fresh(results["nul"]).result == f"before{REPLACEMENT}after"
-    assert fresh(results["surrogate"]).result == f"lone {REPLACEMENT} surrogate"
-    assert fresh(results["nul_key"]).result == {f"key{REPLACEMENT}": 1}
-    assert fresh(results["surrogate_deep"]).result == {"a": [{"b": f"x{REPLACEMENT}y"}]}
-    for kind in ("nan", "inf", "nested_nan"):
+    # A @job's return value is checked as its arguments are (text PostgreSQL refuses,
+    # NaN): refused the same way on every database, before the write path's sanitizer.
+    for kind in ("nul", "surrogate", "nul_key", "surrogate_deep", "nan", "inf", "nested_nan"):
         row = fresh(results[kind])
         assert (row.status, row.error_kind, row.result) == ("dead", "permanent", None), kind
     for job_id in [*permanent.values(), *retried.values()]:

@@ -61,12 +61,13 @@ def test_burst_with_raising_receivers_and_refused_values_exits_clean(
     assert [rows[job_id] for job_id in ok] == [("succeeded", "", n) for n in range(10)]
     assert [rows[job_id] for job_id in tasks_ok] == [("succeeded", "", n + 1) for n in range(5)]
     assert rows[nan] == ("dead", "permanent", None)
-    assert rows[nul] == ("succeeded", "", "before\ufffdafter")
+    assert rows[nul] == ("dead", "permanent", None)  # refused as a @job return value
     assert rows[failing][:2] == ("dead", "exhausted")
     assert "could not be stored" in Job.objects.get(pk=nan).last_error
     counts = event_counts(events)
-    for job_id in [*ok, *tasks_ok, nul]:
+    for job_id in [*ok, *tasks_ok]:
         assert counts[("job_succeeded", job_id)] == 1, job_id
+    assert counts[("job_dead", nul)] == 1
     assert counts[("job_dead", nan)] == 1
     assert (counts[("job_retried", failing)], counts[("job_dead", failing)]) == (1, 1)
     assert not [key for key in counts if key[0] == "job_claim_lost"]
