@@ -140,7 +140,7 @@ def is_valid_timeout(value: object) -> bool:
 
 
 #: How to write a valid timeout, for every message that refuses one.
-TIMEOUT_EXPECTED = f"None or a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS} (a week)"
+TIMEOUT_EXPECTED = f"None or a number of seconds above 0, up to {MAX_TIMEOUT_SECONDS} (a week)"
 
 # key -> (check, what to write instead). Each check gets the value.
 _RULES: dict[str, tuple[Any, str]] = {

@@ -80,7 +80,10 @@ TASKS = {
         "BACKEND": "django_arcature.backend.ArcatureBackend",
         "QUEUES": [],  # any queue name
         "OPTIONS": {
-            "MODULES": ["tests.integration.backend_tasks"],
+            "MODULES": [
+                "tests.integration.backend_tasks",
+                "tests.testapp.handler_fault_tasks",  # tests/faults/test_handler_tasks_backend.py
+            ],
             "RETRY": {"base_seconds": 0, "jitter": 0},
         },
     }
