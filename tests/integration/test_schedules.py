@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from itertools import pairwise
 from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
@@ -105,9 +106,7 @@ def test_missed_policy_latest_fires_once_after_downtime() -> None:
 def test_missed_policy_all_fires_each_missed_slot_up_to_the_bound() -> None:
     make_schedule(minutes_ago=30, missed="all", catch_up=4)
     fired = ScheduleRunner("default").tick()
-    assert [b.slot - a.slot for a, b in zip(fired, fired[1:], strict=False)] == [
-        timedelta(minutes=1)
-    ] * 3
+    assert [b.slot - a.slot for a, b in pairwise(fired)] == [timedelta(minutes=1)] * 3
     assert len({row.unique_key for row in jobs_of()}) == 4
 
 
