@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from itertools import pairwise
 from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
+from itertools import pairwise
 
 import pytest
 from django.core.management import call_command
