@@ -1,4 +1,4 @@
-"""Parsing of durations, ``ARCATURE["QUEUES"]`` limits and ``ARCATURE["RETENTION"]`` (no database)."""
+"""Parsing durations, ``ARCATURE["QUEUES"]`` limits and ``ARCATURE["RETENTION"]`` (no database)."""
 
 from __future__ import annotations
 
