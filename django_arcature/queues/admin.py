@@ -6,7 +6,7 @@ Registered by ``django_arcature.admin``. Pausing goes through
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import Count, Q, QuerySet
@@ -17,8 +17,13 @@ from django_arcature.queues.control import ensure_rows, pause, resume
 from django_arcature.queues.limits import read_limits
 from django_arcature.queues.models import QueueState
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[QueueState]
+else:  # ModelAdmin is generic only in the stubs
+    _ModelAdmin = admin.ModelAdmin
 
-class QueueStateAdmin(admin.ModelAdmin[QueueState]):
+
+class QueueStateAdmin(_ModelAdmin):
     list_display = ("name", "paused", "paused_at", "pending", "running", "limits")
     list_filter = ("paused",)
     actions = ("pause_queues", "resume_queues")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -51,7 +51,13 @@ def _database_now(using: str) -> datetime:
     return _now_cache[1]
 
 
-class ScheduleAdmin(admin.ModelAdmin[Schedule]):
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Schedule]
+else:  # ModelAdmin is generic only in the stubs
+    _ModelAdmin = admin.ModelAdmin
+
+
+class ScheduleAdmin(_ModelAdmin):
     list_display = (
         "name",
         "task_name",
