@@ -7,9 +7,9 @@ Only the public API is imported here, and none of it loads models, so
 from __future__ import annotations
 
 from .context import JobContext, current_job
+from .core.retry import RetryPolicy
 from .exceptions import ArcatureError, MalformedPayload, Permanent, UnknownTask
 from .registry import job
-from .retry import RetryPolicy
 
 __version__ = "0.1.0.dev0"
 

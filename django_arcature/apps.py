@@ -12,4 +12,8 @@ class ArcatureConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, checks_registry  # noqa: F401  (registers the checks)
+        from . import checks  # noqa: F401  (registers the checks)
+        from .managers import set_eager_runner
+        from .worker.inline import run_job
+
+        set_eager_runner(run_job)

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .retry import MAX_DELAY_SECONDS
+from .core.retry import MAX_DELAY_SECONDS, RetryPolicy
 
 #: Defaults for every key of ``settings.ARCATURE``; documented in README.md.
 DEFAULTS: dict[str, Any] = {
@@ -178,3 +178,14 @@ def get_settings() -> ArcatureSettings:
         raise ImproperlyConfigured(" ".join(problems))
     values = {**DEFAULTS, **(raw or {})}
     return ArcatureSettings(**{key.lower(): value for key, value in values.items()})
+
+
+def default_retry_policy() -> RetryPolicy:
+    """The project-wide backoff, from ``ARCATURE`` (a job's own policy overrides it)."""
+    conf = get_settings()
+    return RetryPolicy(
+        base_seconds=conf.retry_base_seconds,
+        factor=conf.retry_factor,
+        max_seconds=conf.retry_max_seconds,
+        jitter=conf.retry_jitter,
+    )

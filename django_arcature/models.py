@@ -10,31 +10,9 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .managers import JobManager
+from .states import ACTIVE_STATUSES, ErrorKind, JobStatus
 
-
-class JobStatus(models.TextChoices):
-    """Where a job is in its life (DESIGN §2); values are the seed's."""
-
-    PENDING = "pending", _("pending")
-    RUNNING = "running", _("running")
-    SUCCEEDED = "succeeded", _("succeeded")
-    DEAD = "dead", _("dead")
-    CANCELLED = "cancelled", _("cancelled")
-
-
-class ErrorKind(models.TextChoices):
-    """Why a job is dead; values are the seed's ``ErrorKind::as_str``."""
-
-    PERMANENT = "permanent", _("permanent")
-    EXHAUSTED = "exhausted", _("exhausted")
-    MALFORMED = "malformed", _("malformed")
-    UNKNOWN = "unknown", _("unknown")
-    PANIC = "panic", _("panic")
-    TIMEOUT = "timeout", _("timeout")
-
-
-#: Statuses a job can still leave on its own; a unique key is held only in these.
-ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
+__all__ = ["ACTIVE_STATUSES", "DeadJob", "ErrorKind", "Job", "JobStatus"]
 
 
 class Job(models.Model):

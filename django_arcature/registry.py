@@ -23,14 +23,28 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
+from .core.payloads import check_arguments, ensure_json, resolve_hints, to_json_text
+from .core.retry import RetryPolicy
 from .exceptions import MalformedPayload, UnknownTask
-from .payloads import check_arguments, ensure_json, resolve_hints, to_json_text
-from .retry import RetryPolicy
 
 if TYPE_CHECKING:
     from .models import Job
 
 logger = logging.getLogger(__name__)
+
+
+def _job_model() -> type[Job]:
+    """The job model, looked up through the app registry.
+
+    Handles are created at import time of a project's ``jobs`` modules, before
+    (and independently of) the model module; looking the model up when a job
+    is enqueued keeps the registry free of a dependency on the models.
+    """
+    from django.apps import apps
+
+    model: type[Job] = apps.get_model("django_arcature", "Job")
+    return model
+
 
 _registry: dict[str, JobSpec] = {}
 _lock = threading.Lock()
@@ -171,10 +185,8 @@ class JobHandle[**P, R]:
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert a pending job that will call this function with these arguments."""
-        from .models import Job
-
         options = self.options
-        return Job.objects.enqueue(
+        return _job_model().objects.enqueue(
             self,
             args=args,
             kwargs=kwargs,
@@ -192,15 +204,13 @@ class JobHandle[**P, R]:
         Every item is validated before anything is written. For a ``unique``
         job, an item whose key is already held returns the holder instead.
         """
-        from .models import Job
-
         options = self.options
         if options.unique_key is not None:
             raise ValueError(
                 "using(unique_key=...) names one job; enqueue_many inserts many. Give the "
                 "job @job(unique=True) to derive a key per item, or enqueue them one by one."
             )
-        return Job.objects.enqueue_many(
+        return _job_model().objects.enqueue_many(
             self,
             arguments,
             queue=options.queue,

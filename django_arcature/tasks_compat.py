@@ -1,99 +1,21 @@
-"""One import site for Django's tasks framework, wherever it lives.
-
-Django 6.0 and 6.1 ship it as ``django.tasks``; on Django 5.2 the ``django-tasks``
-backport provides the same API as ``django_tasks`` (with ``InvalidTaskError``
-instead of ``InvalidTask``). The backend imports everything from here so that
-one code base serves both, and the differences that matter are named flags
-instead of version checks scattered through the code.
-"""
+"""Deprecated: moved to ``django_arcature.tasks.compat``; this path goes away in 1.0."""
 
 from __future__ import annotations
 
-import inspect
-from typing import TYPE_CHECKING
+import importlib
+import warnings
+from typing import Any
 
-__all__ = [
-    "FRAMEWORK",
-    "TASK_DECORATOR_TAKES_EXTRA_FIELDS",
-    "BaseTaskBackend",
-    "InvalidTask",
-    "InvalidTaskBackend",
-    "Task",
-    "TaskContext",
-    "TaskError",
-    "TaskResult",
-    "TaskResultDoesNotExist",
-    "TaskResultMismatch",
-    "TaskResultStatus",
-    "normalize_json",
-    "task",
-    "task_backends",
-    "task_enqueued",
-    "task_finished",
-    "task_started",
-]
+_TARGET = "django_arcature.tasks.compat"
 
-if TYPE_CHECKING:  # the type checker sees Django's own spelling (django-stubs)
-    from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task, task_backends
-    from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import TaskError
-    from django.tasks.exceptions import (
-        InvalidTask,
-        InvalidTaskBackend,
-        TaskResultDoesNotExist,
-        TaskResultMismatch,
-    )
-    from django.tasks.signals import task_enqueued, task_finished, task_started
-    from django.utils.json import normalize_json
+warnings.warn(
+    f"django_arcature.tasks_compat moved to {_TARGET} (this path goes away in 1.0).",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
-    FRAMEWORK: str
-else:
-    try:
-        from django.tasks import (
-            Task,
-            TaskContext,
-            TaskResult,
-            TaskResultStatus,
-            task,
-            task_backends,
-        )
-        from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import TaskError
-        from django.tasks.exceptions import (
-            InvalidTask,
-            InvalidTaskBackend,
-            TaskResultDoesNotExist,
-            TaskResultMismatch,
-        )
-        from django.tasks.signals import task_enqueued, task_finished, task_started
-        from django.utils.json import normalize_json
-
-        FRAMEWORK = "django.tasks"
-    except ImportError:  # Django 5.2: the backport
-        from django_tasks import (
-            TaskContext,
-            TaskResult,
-            TaskResultStatus,
-            task,
-            task_backends,
-        )
-        from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import Task, TaskError
-        from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
-        from django_tasks.signals import task_enqueued, task_finished, task_started
-        from django_tasks.utils import normalize_json
-
-        FRAMEWORK = "django_tasks"
+_target = importlib.import_module(_TARGET)
 
 
-def _decorator_passes_extra_fields() -> bool:
-    """Django 6.1 and the backport forward unknown ``@task(...)`` keywords to
-    ``task_class``; Django 6.0 refuses them with a TypeError."""
-    parameters = inspect.signature(task).parameters.values()
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-#: True when ``@task(max_attempts=5)`` reaches our task class (Django 6.1, backport).
-TASK_DECORATOR_TAKES_EXTRA_FIELDS: bool = _decorator_passes_extra_fields()
+def __getattr__(name: str) -> Any:
+    return getattr(_target, name)

@@ -27,9 +27,9 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 
 from . import registry
-from .dialects import DatabaseNow
-from .inline import JobNotPending, run_job
+from .db import DatabaseNow
 from .models import Job, JobStatus
+from .worker.inline import JobNotPending, run_job
 
 __all__ = [
     "DrainSummary",

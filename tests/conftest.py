@@ -85,10 +85,28 @@ def _deselect_server_restarts(config: pytest.Config, items: list[pytest.Item]) -
         items[:] = [item for item in items if item not in drop]
 
 
+def _deselect_heavy_suites(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Suites marked ``heavy`` (property-based, fault injection, chaos, conformance,
+    multi-process schedules) run where they add signal: in the newest environment
+    on every database. The older Python/Django environments set
+    ``ARCATURE_HEAVY_SUITES=0`` (tox.ini) and skip collecting them, which keeps CI
+    inside its budget; they change nothing that differs between Django versions.
+    """
+    if os.environ.get("ARCATURE_HEAVY_SUITES", "1") != "0":
+        return
+    drop = [item for item in items if item.get_closest_marker("heavy")]
+    if drop:
+        key = "marked heavy: they run in the newest environment (ARCATURE_HEAVY_SUITES=0 here)"
+        _deselected_by_vendor[key] = len(drop)
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _unreachable
     _deselect_other_vendors(config, items)
     _deselect_server_restarts(config, items)
+    _deselect_heavy_suites(config, items)
     needs_db = [item for item in items if item.get_closest_marker("django_db")]
     if not needs_db:
         return

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from django_arcature.models import Job
-from django_arcature.tasks_compat import TaskResultStatus, task_backends
-from django_arcature.tasks_results import LOST_WORKER_ID
+from django_arcature.tasks.compat import TaskResultStatus, task_backends
+from django_arcature.tasks.results import LOST_WORKER_ID
 from tests.concurrency.conftest import WorkerProcess, wait_until
 from tests.integration import backend_tasks as tasks
 
@@ -94,7 +94,7 @@ def test_sigkill_mid_task_then_recovery_by_lease(start_worker: StartWorker, tmp_
     assert result.attempts == 2
     assert result.worker_ids == [LOST_WORKER_ID, "rescuer"]
     [error] = result.errors
-    assert error.exception_class_path == "django_arcature.tasks_results.LeaseExpired"
+    assert error.exception_class_path == "django_arcature.tasks.results.LeaseExpired"
     # Run twice (at-least-once), completed once.
     assert tasks.started_count(marker) == 2
     assert len(Job.objects.get(pk=uuid.UUID(enqueued.id)).attempt_log) == 1

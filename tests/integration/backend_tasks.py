@@ -14,7 +14,7 @@ from typing import Any
 
 from django_arcature import Permanent
 from django_arcature.backend import task as arcature_task
-from django_arcature.tasks_compat import TaskContext, task
+from django_arcature.tasks.compat import TaskContext, task
 
 #: Calls of ``plain_function`` in this process: it is not a Task and must never run.
 PLAIN_CALLS: list[str] = []

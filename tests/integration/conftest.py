@@ -11,7 +11,7 @@ import pytest
 from django.dispatch import Signal
 
 from django_arcature import signals
-from django_arcature.dialects import ClaimedJob
+from django_arcature.db import ClaimedJob
 from django_arcature.models import Job
 
 MakeJobs = Callable[..., list[uuid.UUID]]

@@ -17,10 +17,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_arcature import admin_actions
-from django_arcature.admin_actions import REQUEUE, perform
-from django_arcature.managers import ClaimTransition
+from django_arcature.admin import actions as admin_actions
+from django_arcature.admin.actions import REQUEUE, perform
 from django_arcature.models import ErrorKind, Job, JobStatus
+from django_arcature.transitions import ClaimTransition
 
 from .test_admin_support import (
     client_for,

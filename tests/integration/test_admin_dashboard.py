@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_arcature.admin_dashboard import Minute, build_chart, collect, format_age, nice_ceiling
+from django_arcature.admin.dashboard import Minute, build_chart, collect, format_age, nice_ceiling
 from django_arcature.models import Job
 
 from .test_admin_support import enqueue, make_dead, make_running, make_scheduled, make_succeeded

@@ -13,7 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_arcature import admin_list
+from django_arcature.admin import lists as admin_list
 from django_arcature.models import Job
 
 from .test_admin_support import enqueue, make_dead, make_running, make_succeeded

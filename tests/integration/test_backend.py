@@ -25,12 +25,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_arcature.backend import ArcatureBackend, ArcatureTask, task_overrides
-from django_arcature.dialects import ClaimedJob
-from django_arcature.dispatch import process
+from django_arcature.db import ClaimedJob
 from django_arcature.exceptions import MalformedPayload
-from django_arcature.managers import Completion
 from django_arcature.models import Job
-from django_arcature.tasks_compat import (
+from django_arcature.tasks.compat import (
     FRAMEWORK,
     TASK_DECORATOR_TAKES_EXTRA_FIELDS,
     InvalidTask,
@@ -41,8 +39,10 @@ from django_arcature.tasks_compat import (
     task_finished,
     task_started,
 )
-from django_arcature.tasks_compat import task as framework_task
-from django_arcature.tasks_results import LOST_WORKER_ID
+from django_arcature.tasks.compat import task as framework_task
+from django_arcature.tasks.results import LOST_WORKER_ID
+from django_arcature.transitions import Completion
+from django_arcature.worker.dispatch import process
 from tests.integration import backend_tasks as tasks
 
 pytestmark = pytest.mark.django_db
@@ -432,7 +432,7 @@ def test_a_non_json_return_value_fails_without_retry() -> None:
     fetched = tasks.returns_a_set.get_result(result.id)
     assert fetched.status == TaskResultStatus.FAILED
     [error] = fetched.errors
-    assert error.exception_class_path == "django_arcature.tasks_dispatch.ReturnValueNotJSON"
+    assert error.exception_class_path == "django_arcature.tasks.dispatch.ReturnValueNotJSON"
     assert "cannot be stored as JSON" in error.traceback
 
 
@@ -462,7 +462,7 @@ def test_running_and_cancelled_states() -> None:
     assert cancelled.status == TaskResultStatus.FAILED
     assert cancelled.worker_ids == ["busy-worker"]
     [error] = cancelled.errors
-    assert error.exception_class_path == "django_arcature.tasks_results.TaskCancelled"
+    assert error.exception_class_path == "django_arcature.tasks.results.TaskCancelled"
 
 
 def test_attempt_of_a_killed_worker_counts_as_a_lost_attempt() -> None:
@@ -478,7 +478,7 @@ def test_attempt_of_a_killed_worker_counts_as_a_lost_attempt() -> None:
     assert fetched.worker_ids == [LOST_WORKER_ID, "rescuer"]
     assert fetched.return_value["attempt"] == 2
     [error] = fetched.errors
-    assert error.exception_class_path == "django_arcature.tasks_results.LeaseExpired"
+    assert error.exception_class_path == "django_arcature.tasks.results.LeaseExpired"
     assert "lease expired" in error.traceback
 
 
@@ -493,7 +493,7 @@ def test_last_attempt_lost_with_no_attempts_left_is_failed_with_its_worker() -> 
     assert fetched.status == TaskResultStatus.FAILED
     assert fetched.worker_ids == ["crashed"]
     [error] = fetched.errors
-    assert error.exception_class_path == "django_arcature.tasks_results.LeaseExpired"
+    assert error.exception_class_path == "django_arcature.tasks.results.LeaseExpired"
     assert "no attempts left" in error.traceback
 
 

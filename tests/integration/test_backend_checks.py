@@ -9,7 +9,8 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_arcature.backend import ArcatureBackend, sqlite_mode_warnings
+from django_arcature.backend import ArcatureBackend
+from django_arcature.tasks.backend import sqlite_mode_warnings
 from tests.settings import INSTALLED_APPS
 
 WITHOUT_ARCATURE = [app for app in INSTALLED_APPS if app != "django_arcature"]

@@ -253,7 +253,7 @@ def test_small_batches_store_every_row() -> None:
 def test_a_bulk_enqueue_wakes_a_listener_once_committed() -> None:
     import psycopg
 
-    from django_arcature.wakeup import CHANNEL
+    from django_arcature.worker.wakeup import CHANNEL
 
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
@@ -276,7 +276,7 @@ def test_a_bulk_enqueue_wakes_a_listener_once_committed() -> None:
 def test_a_rolled_back_bulk_enqueue_wakes_nobody() -> None:
     import psycopg
 
-    from django_arcature.wakeup import CHANNEL
+    from django_arcature.worker.wakeup import CHANNEL
 
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)

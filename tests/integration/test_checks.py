@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_arcature.checks import database_messages
+from django_arcature.checks.settings import database_messages
 
 
 def arcature_messages(**kwargs: object) -> list[checks.CheckMessage]:
@@ -112,7 +112,7 @@ def test_other_databases_are_not_judged_here() -> None:
 def test_database_checks_run_with_a_plain_manage_py_check() -> None:
     """Not tagged ``database``: ``manage.py check`` and ``runserver`` show them."""
     registered = checks.registry.registry.get_checks()
-    from django_arcature import checks as arcature_checks
+    from django_arcature.checks import settings as arcature_checks
 
     ours = [c for c in registered if c is arcature_checks.check_databases]
     assert ours

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
-from django_arcature.managers import ClaimTransition, Completion
 from django_arcature.models import Job, JobStatus
+from django_arcature.transitions import ClaimTransition, Completion
 
 from .conftest import MakeJobs
 
@@ -88,7 +88,7 @@ def race(threads: int, batch: int, busy_timeout_ms: int | None) -> tuple[list[uu
         finally:
             connections.close_all()
 
-    logger = logging.getLogger("django_arcature.dialects")
+    logger = logging.getLogger("django_arcature.db.conflicts")
     handler = LockRetries()
     old_level = logger.level
     logger.addHandler(handler)

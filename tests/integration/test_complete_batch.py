@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_arcature.dialects import ClaimedJob
-from django_arcature.managers import ClaimTransition, Completion
+from django_arcature.db import ClaimedJob
 from django_arcature.models import Job
+from django_arcature.transitions import ClaimTransition, Completion
 from tests.integration.conftest import MakeJobs, Recorder, fresh
 
 pytestmark = pytest.mark.django_db

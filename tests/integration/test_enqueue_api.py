@@ -22,9 +22,9 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from django_arcature import MalformedPayload, UnknownTask, signals
-from django_arcature.dispatch import process
 from django_arcature.models import Job, JobStatus
 from django_arcature.testing import run_job
+from django_arcature.worker.dispatch import process
 from tests.integration import api_jobs
 from tests.integration.api_jobs import add, fetch, greet, schedule, typed, when
 

@@ -19,8 +19,8 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from django_arcature.managers import ClaimTransition, Completion
 from django_arcature.models import ErrorKind, Job, JobStatus
+from django_arcature.transitions import ClaimTransition, Completion
 
 from .conftest import MakeJobs, Recorder, claim_one, fresh
 

@@ -18,8 +18,8 @@ from django.db import connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_arcature.managers import ClaimTransition, Completion
 from django_arcature.models import ErrorKind, Job, JobStatus
+from django_arcature.transitions import ClaimTransition, Completion
 
 from .conftest import MakeJobs, Recorder, claim_one, fresh
 

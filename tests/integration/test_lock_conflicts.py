@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import OperationalError, connection, connections, transaction
 
-from django_arcature.dialects import LOCK_RETRY_ATTEMPTS
+from django_arcature.db.conflicts import LOCK_RETRY_ATTEMPTS
 from django_arcature.models import Job, JobStatus
 
 from .conftest import MakeJobs
@@ -65,7 +65,7 @@ def count_retries(caplog: pytest.LogCaptureFixture) -> int:
 @pytest.mark.usefixtures("impatient")
 def test_a_short_lock_is_waited_out(make_jobs: MakeJobs, caplog: pytest.LogCaptureFixture) -> None:
     make_jobs(3)
-    caplog.set_level(logging.DEBUG, logger="django_arcature.dialects")
+    caplog.set_level(logging.DEBUG, logger="django_arcature.db.conflicts")
     holder, _ = hold_write_lock(0.15)
     claimed = Job.objects.claim("patient", lease=30, batch=3)
     holder.join(timeout=30)
@@ -78,7 +78,7 @@ def test_a_lock_held_too_long_is_reported_not_waited_forever(
     make_jobs: MakeJobs, caplog: pytest.LogCaptureFixture
 ) -> None:
     make_jobs(1)
-    caplog.set_level(logging.DEBUG, logger="django_arcature.dialects")
+    caplog.set_level(logging.DEBUG, logger="django_arcature.db.conflicts")
     holder, _ = hold_write_lock(8.0)
     try:
         with pytest.raises(OperationalError, match="database is locked"):

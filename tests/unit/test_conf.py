@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from django_arcature.conf import DEFAULTS, MAX_LEASE_SECONDS, ArcatureSettings, get_settings
 from django_arcature.conf import validate as validate_settings
-from django_arcature.retry import MAX_DELAY_SECONDS
+from django_arcature.core.retry import MAX_DELAY_SECONDS
 
 # Per key: values that must be accepted, and values that must be refused.
 GOOD: dict[str, list[Any]] = {

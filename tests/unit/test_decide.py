@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from django_arcature import Permanent, decide
-from django_arcature.decide import (
+from django_arcature import Permanent
+from django_arcature.core import decide
+from django_arcature.core.decide import (
     Dead,
     DispatchOutcome,
     ErrorKind,
@@ -29,7 +30,7 @@ from django_arcature.decide import (
     Timeout,
     Unknown,
 )
-from django_arcature.retry import RetryPolicy
+from django_arcature.core.retry import RetryPolicy
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 # No jitter: the retry time is exactly now + base * factor ** (attempts - 1).
@@ -215,7 +216,7 @@ def test_importing_the_pure_core_loads_no_django_db() -> None:
     """Transitively too: a subprocess imports both and lists what got loaded."""
     code = (
         "import json, sys\n"
-        "import django_arcature.decide, django_arcature.retry\n"
+        "import django_arcature.core.decide, django_arcature.core.retry\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     root = PACKAGE.parent
@@ -223,5 +224,5 @@ def test_importing_the_pure_core_loads_no_django_db() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
     )
     loaded = json.loads(done.stdout)
-    assert "django_arcature.decide" in loaded
+    assert "django_arcature.core.decide" in loaded
     assert [name for name in loaded if name == "django.db" or name.startswith("django.db.")] == []

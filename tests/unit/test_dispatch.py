@@ -14,7 +14,7 @@ import pytest
 
 from django_arcature import Permanent, RetryPolicy, job, registry
 from django_arcature.context import JobContext, current_job
-from django_arcature.decide import (
+from django_arcature.core.decide import (
     HandlerError,
     Malformed,
     Panic,
@@ -22,8 +22,8 @@ from django_arcature.decide import (
     Timeout,
     Unknown,
 )
-from django_arcature.dialects import ClaimedJob
-from django_arcature.dispatch import WorkerShutdown, process, run_handler
+from django_arcature.db import ClaimedJob
+from django_arcature.worker.dispatch import WorkerShutdown, process, run_handler
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NO_JITTER = RetryPolicy(base_seconds=10, factor=2, jitter=0)

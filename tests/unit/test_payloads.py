@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_arcature.exceptions import MalformedPayload
-from django_arcature.payloads import (
+from django_arcature.core.payloads import (
     check_arguments,
     ensure_json,
     resolve_hints,
     split_payload,
     to_json_text,
 )
+from django_arcature.exceptions import MalformedPayload
 
 if TYPE_CHECKING:
     from decimal import Decimal

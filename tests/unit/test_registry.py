@@ -13,7 +13,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_arcature import RetryPolicy, UnknownTask, job, registry
-from django_arcature.checks_registry import check_job_registry
+from django_arcature.checks.registry import check_job_registry
 from django_arcature.exceptions import MalformedPayload
 from tests.integration import api_jobs
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_arcature.retry import MAX_DELAY_SECONDS, RetryPolicy
+from django_arcature.conf import default_retry_policy
+from django_arcature.core.retry import MAX_DELAY_SECONDS, RetryPolicy
 
 
 def constant(value: float) -> RetryPolicy:
@@ -91,14 +92,14 @@ def test_invalid_parameters_are_refused(kwargs: dict[str, float], message: str) 
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
 
 
-def test_from_settings_reads_the_arcature_setting(settings: object) -> None:
+def test_default_policy_reads_the_arcature_setting(settings: object) -> None:
     settings.ARCATURE = {  # type: ignore[attr-defined]
         "RETRY_BASE_SECONDS": 3,
         "RETRY_FACTOR": 4,
         "RETRY_MAX_SECONDS": 100,
         "RETRY_JITTER": 0,
     }
-    policy = RetryPolicy.from_settings()
+    policy = default_retry_policy()
     assert policy == RetryPolicy(base_seconds=3, factor=4, max_seconds=100, jitter=0)
     assert [policy.delay_for(n).total_seconds() for n in (1, 2, 3, 4)] == [3, 12, 48, 100]
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_arcature.decide import truncate_for_storage
+from django_arcature.core.text import truncate_for_storage
 
 MARK = "… [truncated]"
 MARK_BYTES = len(MARK.encode())

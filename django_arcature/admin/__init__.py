@@ -29,11 +29,12 @@ from django.utils.translation import gettext_lazy
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldsetSpec
 
-from . import admin_actions
-from .admin_actions import CANCEL, REQUEUE, RUN_NOW, Operation
-from .admin_dashboard import collect, format_age
-from .admin_list import CheapChangeList, EstimatedCountPaginator, QueueFilter, TaskFilter
-from .models import DeadJob, Job, JobStatus
+from django_arcature.models import DeadJob, Job, JobStatus
+
+from . import actions as admin_actions
+from .actions import CANCEL, REQUEUE, RUN_NOW, Operation
+from .dashboard import collect, format_age
+from .lists import CheapChangeList, EstimatedCountPaginator, QueueFilter, TaskFilter
 
 #: URL path segment of each per-job button → the operation it runs.
 BUTTON_PATHS = {"cancel": CANCEL, "requeue": REQUEUE, "run-now": RUN_NOW}

@@ -32,13 +32,14 @@ from typing import Any, TypeVar
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, close_old_connections
 from django.db import connections as db_connections
 
-from . import registry
-from .conf import get_settings
-from .context import JobContext
-from .decide import Panic
-from .dialects import ClaimedJob
+from django_arcature import registry
+from django_arcature.conf import get_settings
+from django_arcature.context import JobContext
+from django_arcature.core.decide import Panic
+from django_arcature.db import ClaimedJob
+from django_arcature.transitions import ClaimTransition, Completion
+
 from .dispatch import completion_for, process
-from .managers import ClaimTransition, Completion
 from .wakeup import Listener
 
 logger = logging.getLogger(__name__)
@@ -338,7 +339,7 @@ class Worker:
             want = min(want, self.max_jobs - self.stats.claimed)
         if want <= 0:
             return 0
-        from .models import Job
+        from django_arcature.models import Job
 
         manager = Job.objects.db_manager(self.using)
         jobs = self._guarded(
@@ -392,7 +393,7 @@ class Worker:
         deadline = self._flush_deadline()
         if deadline is None or (not force and deadline > time.monotonic()):
             return
-        from .models import Job
+        from django_arcature.models import Job
 
         batch = self._finished
         manager = Job.objects.db_manager(self.using)
@@ -439,7 +440,7 @@ class Worker:
             return
         claims = [(job_id, entry.job.claim_token) for job_id, entry in self._inflight.items()]
         if claims:
-            from .models import Job
+            from django_arcature.models import Job
 
             manager = Job.objects.db_manager(self.using)
             lost = self._guarded("heartbeat", lambda: manager.heartbeat_many(claims, self.lease))
@@ -471,7 +472,7 @@ class Worker:
         now = time.monotonic()
         if now < self._next_sweep or self._stopping_since is not None:
             return
-        from .models import Job
+        from django_arcature.models import Job
 
         manager = Job.objects.db_manager(self.using)
         swept = self._guarded("sweep", manager.sweep_expired_leases)
@@ -532,7 +533,7 @@ class Worker:
 
     def _release(self, entries: Sequence[_InFlight], why: str) -> None:
         """Hand jobs back to ``pending`` without using up their attempt (fenced)."""
-        from .models import Job
+        from django_arcature.models import Job
 
         manager = Job.objects.db_manager(self.using)
         for entry in entries:

@@ -23,8 +23,8 @@ from django.utils.formats import time_format
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from .dialects import DatabaseNow
-from .models import Job, JobStatus
+from django_arcature.db import DatabaseNow
+from django_arcature.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from .models import Job, JobStatus
+from django_arcature.models import Job, JobStatus
 
 if TYPE_CHECKING:
     import uuid

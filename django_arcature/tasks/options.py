@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .retry import RetryPolicy
+from django_arcature.conf import default_retry_policy
+from django_arcature.core.retry import RetryPolicy
 
 #: Keys of ``OPTIONS`` this backend understands.
 OPTION_KEYS = ("MAX_ATTEMPTS", "TIMEOUT", "RETRY", "TASK_OPTIONS", "MODULES")
@@ -111,7 +112,7 @@ def parse_retry(value: object, where: str, problems: list[str]) -> RetryPolicy |
 def _default_policy() -> RetryPolicy:
     """ARCATURE's backoff fills the keys a RETRY dict leaves out."""
     try:
-        return RetryPolicy.from_settings()
+        return default_retry_policy()
     except Exception:  # invalid ARCATURE: its own system check reports it
         return RetryPolicy()
 

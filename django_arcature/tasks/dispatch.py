@@ -22,8 +22,8 @@ from asgiref.sync import async_to_sync
 from django.dispatch import Signal
 from django.utils import timezone
 
-from .context import current_job
-from .decide import (
+from django_arcature.context import current_job
+from django_arcature.core.decide import (
     DispatchOutcome,
     HandlerError,
     Malformed,
@@ -34,10 +34,12 @@ from .decide import (
     format_traceback,
     qualified_name,
 )
-from .dialects import ClaimedJob
-from .exceptions import MalformedPayload
-from .payloads import split_payload
-from .tasks_compat import (
+from django_arcature.core.payloads import split_payload
+from django_arcature.db import ClaimedJob
+from django_arcature.exceptions import MalformedPayload
+
+from .backend import resolve_task
+from .compat import (
     Task,
     TaskContext,
     TaskError,
@@ -47,7 +49,8 @@ from .tasks_compat import (
     task_finished,
     task_started,
 )
-from .tasks_results import attempt_history
+from .options import TaskOverrides
+from .results import attempt_history
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +84,6 @@ def dispatch(
 def _dispatch(
     claimed: ClaimedJob, worker_id: str, cancel_event: threading.Event | None
 ) -> DispatchOutcome:
-    from .backend import resolve_task
-
     try:
         args, kwargs = split_payload(claimed.payload)
     except MalformedPayload as exc:
@@ -246,3 +247,21 @@ def _record_failure(result: TaskResult[Any, Any], exc: BaseException, *, final: 
     )
     if final:
         object.__setattr__(result, "finished_at", timezone.now())
+
+
+# --- What the worker calls -------------------------------------------------------------
+
+
+def dispatch_task_job(
+    claimed: ClaimedJob, *, worker_id: str, cancel_event: threading.Event | None = None
+) -> DispatchOutcome:
+    """Run one claimed django.tasks row; the worker decides and writes what comes back."""
+    return dispatch(claimed, worker_id=worker_id, cancel_event=cancel_event)
+
+
+def task_overrides(claimed: ClaimedJob) -> TaskOverrides:
+    """Timeout and retry policy for a claimed django.tasks row (for the worker's decide)."""
+    found = resolve_task(claimed.task_name, claimed.backend)
+    if isinstance(found, str):
+        return TaskOverrides()
+    return found.backend.overrides_for(found.task)

@@ -10,7 +10,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 
-from .conf import validate
+from django_arcature.conf import validate
 
 
 @checks.register(checks.Tags.compatibility)

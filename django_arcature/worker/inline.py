@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 
 from django.db import DEFAULT_DB_ALIAS
 
-from .conf import get_settings
+from django_arcature.conf import get_settings
+
+from . import dispatch
 
 if TYPE_CHECKING:
-    from .models import Job
+    from django_arcature.models import Job
 
 __all__ = ["JobNotPending", "run_job"]
 
@@ -47,8 +49,7 @@ def run_job(
     its own database connection, which cannot see the rows a test made inside
     its (uncommitted) transaction. Pass ``timeout=`` to exercise a timeout.
     """
-    from . import dispatch
-    from .models import Job
+    from django_arcature.models import Job
 
     if isinstance(job, Job):
         job_id, using = job.pk, job._state.db or DEFAULT_DB_ALIAS

@@ -66,16 +66,3 @@ class RetryPolicy:
                 draw = 1.0 if draw > 1.0 else 0.0
             delay -= delay * self.jitter * draw
         return timedelta(seconds=max(delay, 0.0))
-
-    @classmethod
-    def from_settings(cls) -> RetryPolicy:
-        """The project-wide default, from ``ARCATURE``."""
-        from .conf import get_settings
-
-        conf = get_settings()
-        return cls(
-            base_seconds=conf.retry_base_seconds,
-            factor=conf.retry_factor,
-            max_seconds=conf.retry_max_seconds,
-            jitter=conf.retry_jitter,
-        )

@@ -21,7 +21,7 @@ from pathlib import PurePath
 from typing import Any
 from uuid import UUID
 
-from .exceptions import MalformedPayload
+from django_arcature.exceptions import MalformedPayload
 
 #: Integers outside this range do not survive MySQL's JSON type unchanged (they
 #: become doubles), so they are refused everywhere to keep the databases alike.

@@ -27,7 +27,8 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from . import dialects, registry
+from django_arcature import registry
+from django_arcature.db import driver_for
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class EstimatedCountPaginator(_Paginator):
         if bounded <= self.exact_limit:
             return bounded
         sql, params = unordered.query.sql_with_params()
-        estimate = dialects.estimate_rows(unordered.db, sql, params)
+        estimate = driver_for(unordered.db).estimate_rows(sql, params)
         if estimate is None:
             return unordered.count()
         self.count_is_estimate = True
@@ -119,7 +120,7 @@ class QueueFilter(_SampledChoicesFilter):
     column = 0
 
     def known_values(self) -> set[str]:
-        from .conf import get_settings
+        from django_arcature.conf import get_settings
 
         queues = {get_settings().default_queue}
         for name in registry.registered_names():

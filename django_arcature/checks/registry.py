@@ -16,7 +16,7 @@ from django.apps import AppConfig
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from . import registry
+from django_arcature import registry
 
 logger = logging.getLogger(__name__)
 

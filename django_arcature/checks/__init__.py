@@ -1,0 +1,5 @@
+"""System checks: the ``ARCATURE`` setting and each app's ``jobs`` module (registered on import)."""
+
+from __future__ import annotations
+
+from . import registry, settings  # noqa: F401  (each registers its checks)

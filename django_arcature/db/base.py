@@ -1,0 +1,125 @@
+"""The interface every database driver implements, and how a connection finds its driver.
+
+The manager speaks to the database through one small interface: the claim,
+the batched fenced completion, the bulk insert, the clock and "was that a
+lock conflict". Each vendor implements it in its own module
+(``postgresql``, ``mysql``, ``sqlite``), so a vendor's quirks are read in one
+place and a new vendor is one new file. Drivers register themselves by their
+Django ``connection.vendor`` when their module is imported; the package's
+``__init__`` imports them all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, ClassVar
+
+from django.db import connections
+
+from .claimed import ClaimedJob
+
+#: ``(job_id, claim_token, fields)`` for one row of a batched fenced completion.
+CompletionRow = tuple[uuid.UUID, uuid.UUID, dict[str, Any]]
+
+#: Given a claim-token value (or SQL expression), the fields of the claimed transition.
+ClaimedFields = Callable[[Any], dict[str, Any]]
+
+_DRIVERS: dict[str, type[Driver]] = {}
+
+
+class Driver:
+    """One database vendor's way of doing the manager's few vendor-specific steps."""
+
+    #: Django's ``connection.vendor`` this driver serves.
+    vendor: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.vendor:
+            _DRIVERS[cls.vendor] = cls
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    @property
+    def connection(self) -> Any:
+        return connections[self.using]
+
+    # --- the clock ----------------------------------------------------------------
+
+    @classmethod
+    def now_sql(cls, seconds: float = 0) -> str:
+        """SQL for "now + seconds" on the database's clock, in UTC."""
+        raise NotImplementedError
+
+    # --- errors ---------------------------------------------------------------------
+
+    @classmethod
+    def is_lock_conflict(cls, exc: BaseException) -> bool:
+        """True when ``exc`` means "try again shortly", not "this is wrong"."""
+        return False
+
+    # --- the claim ------------------------------------------------------------------
+
+    def claim(
+        self,
+        model: Any,
+        worker_id: str,
+        lease_seconds: int,
+        batch: int,
+        queues: Sequence[str] | None,
+        claimed_fields: ClaimedFields,
+    ) -> list[ClaimedJob]:
+        """Take up to ``batch`` available pending jobs, highest priority then oldest first.
+
+        Each gets ``attempts + 1``, a fresh random claim token and a lease on the
+        database's clock (``claimed_fields`` builds those fields where the driver
+        goes through the ORM). Concurrent claimers never receive the same job.
+        """
+        raise NotImplementedError
+
+    # --- batched fenced completions -----------------------------------------------------
+
+    #: Rows per statement, well under every driver's parameter limit.
+    BATCH_COMPLETION_ROWS: ClassVar[int] = 500
+
+    def supports_batch_completion(self) -> bool:
+        return False
+
+    def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:
+        """Apply one named transition to many jobs; return the ids it changed.
+
+        Every row carries the same field names. The fence is kept row by row:
+        a row changes only on its own id *and* token while ``status =
+        'running'``. Must run inside a transaction.
+        """
+        raise NotImplementedError
+
+    # --- bulk insert --------------------------------------------------------------------
+
+    def insert_rows(
+        self, model: Any, objs: Sequence[Any], varying: Collection[str], batch_size: int
+    ) -> None:
+        """Insert unsaved rows in as few statements as the database allows (in a transaction)."""
+        raise NotImplementedError
+
+    # --- planner estimates ---------------------------------------------------------------
+
+    def estimate_rows(self, sql: str, params: Sequence[Any]) -> int | None:
+        """The planner's guess at how many rows ``sql`` returns; None where there is none."""
+        return None
+
+
+def driver_class(vendor: str) -> type[Driver]:
+    try:
+        return _DRIVERS[vendor]
+    except KeyError:
+        raise NotImplementedError(
+            f"django-arcature does not support the {vendor!r} database"
+        ) from None
+
+
+def driver_for(using: str) -> Driver:
+    """The driver for the database alias ``using``."""
+    return driver_class(connections[using].vendor)(using)

@@ -1,0 +1,214 @@
+"""MySQL 8 and MariaDB ≥ 10.6 (mysqlclient): SELECT … SKIP LOCKED, then a fenced UPDATE.
+
+MySQL cannot ``UPDATE … WHERE id IN (SELECT … LIMIT n)`` and has no
+``UPDATE … RETURNING``, so the claim locks its picks first and stamps them in a
+second statement of the same transaction; batched completions lock the rows
+still under their claims, then ``UPDATE … JOIN`` a derived table of values.
+Deadlocks (1213) and lock-wait timeouts (1205) are lock conflicts, retried.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, ClassVar
+
+from django.db import DatabaseError, models, transaction
+from django.db.models import Q
+
+from .base import ClaimedFields, CompletionRow, Driver
+from .batch import batch_parts
+from .claimed import CLAIM_COLUMNS, ClaimedJob, as_uuid, claimed_from_row
+from .clock import DatabaseNow
+from .rows import Converter, prepare_rows
+
+#: MySQL/MariaDB error codes that mean "another transaction holds what you need":
+#: 1213 deadlock (the server rolled us back), 1205 lock wait timeout.
+MYSQL_LOCK_ERRORS = frozenset({1213, 1205})
+
+
+class MySQLDriver(Driver):
+    vendor = "mysql"
+    BATCH_COMPLETION_ROWS: ClassVar[int] = 500
+
+    @classmethod
+    def now_sql(cls, seconds: float = 0) -> str:
+        micros = round(float(seconds) * 1_000_000)
+        base = "UTC_TIMESTAMP(6)"
+        return f"TIMESTAMPADD(MICROSECOND, {micros}, {base})" if micros else base
+
+    @classmethod
+    def is_lock_conflict(cls, exc: BaseException) -> bool:
+        if not isinstance(exc, DatabaseError):
+            return False
+        code = exc.args[0] if exc.args else None
+        return code in MYSQL_LOCK_ERRORS
+
+    def claim(
+        self,
+        model: Any,
+        worker_id: str,
+        lease_seconds: int,
+        batch: int,
+        queues: Sequence[str] | None,
+        claimed_fields: ClaimedFields,
+    ) -> list[ClaimedJob]:
+        """``SELECT … FOR UPDATE SKIP LOCKED``, then one compare-and-set UPDATE."""
+        manager = model._default_manager.db_manager(self.using)
+        with transaction.atomic(using=self.using):
+            candidates = manager.select_for_update(skip_locked=True).filter(
+                status="pending", available_at__lte=DatabaseNow()
+            )
+            if queues:
+                candidates = candidates.filter(queue__in=queues)
+            rows = list(
+                candidates.order_by("-priority", "available_at").values_list(*CLAIM_COLUMNS)[:batch]
+            )
+            if not rows:
+                return []
+            tokens = {row[0]: uuid.uuid4() for row in rows}
+            token_case = models.Case(
+                *(
+                    models.When(id=job_id, then=models.Value(token))
+                    for job_id, token in tokens.items()
+                ),
+                output_field=models.UUIDField(),
+            )
+            updated = manager.filter(id__in=list(tokens), status="pending").update(
+                **claimed_fields(token_case)
+            )
+            if updated != len(rows):  # the rows are locked by us: this would be a bug
+                raise RuntimeError(f"claimed {updated} of {len(rows)} locked rows")
+        claimed = []
+        for row in rows:
+            values = list(row)
+            values[CLAIM_COLUMNS.index("attempts")] += 1
+            values[CLAIM_COLUMNS.index("claim_token")] = tokens[row[0]]
+            values[CLAIM_COLUMNS.index("lease_seconds")] = lease_seconds
+            claimed.append(claimed_from_row(values, json_decoded=True))
+        return claimed
+
+    def supports_batch_completion(self) -> bool:
+        return True
+
+    def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:
+        """Lock, then one ``UPDATE … JOIN`` (there is no ``UPDATE … RETURNING``).
+
+        ``SELECT … FOR UPDATE`` on the rows still under their claims tells exactly
+        which ones this batch will change, and holds them so nothing can move them
+        before the UPDATE (which repeats the fence) lands.
+        """
+        if not rows:
+            return set()
+        fence = Q()
+        for job_id, token, _ in rows:
+            fence |= Q(id=job_id, claim_token=token)
+        held = set(
+            model._default_manager.using(self.using)
+            .select_for_update()
+            .filter(fence, status="running")
+            .values_list("id", flat=True)
+        )
+        if not held:
+            return set()
+        rows = [row for row in rows if row[0] in held]
+        connection = self.connection
+        qn = connection.ops.quote_name
+        parts = batch_parts(connection, model, rows)
+        first = ", ".join(
+            f"{placeholder} AS {qn(column)}"
+            for placeholder, column in zip(parts.row_placeholders, parts.row_columns, strict=True)
+        )
+        others = f" UNION ALL SELECT {', '.join(parts.row_placeholders)}" * (len(rows) - 1)
+        table = qn(model._meta.db_table)
+        sql = (
+            f"UPDATE {table} INNER JOIN (SELECT {first}{others}) AS v "
+            f"ON {table}.{qn('id')} = v.{qn('arcature_id')} "
+            f"AND {table}.{qn('claim_token')} = v.{qn('arcature_token')} "
+            f"SET {', '.join(parts.assignments)} "
+            f"WHERE {table}.{qn('status')} = %s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*parts.flat_row_params(), *parts.shared_params, "running"])
+            if cursor.rowcount != len(rows):  # the rows are locked by us: this would be a bug
+                raise DatabaseError(
+                    f"batch completion changed {cursor.rowcount} of {len(rows)} rows"
+                )
+        return {as_uuid(job_id) for job_id, _, _ in rows}
+
+    def insert_rows(
+        self, model: Any, objs: Sequence[Any], varying: Collection[str], batch_size: int
+    ) -> None:
+        """``INSERT … VALUES (…), (…)`` with only the varying values as parameters.
+
+        mysqlclient quotes every parameter in Python; the values all rows share
+        are quoted once, by the driver's own ``literal``, and written into the
+        row template, which is exactly what it would have sent for them as
+        parameters.
+        """
+        if not objs:
+            return
+        connection = self.connection
+        prepared = prepare_rows(connection, model, objs, varying)
+        qn = connection.ops.quote_name
+        table = qn(model._meta.db_table)
+        columns = ", ".join(qn(field.column) for field in prepared.fields)
+        with connection.cursor() as cursor:
+            _insert_multi_row(
+                cursor,
+                connection,
+                table,
+                columns,
+                prepared.shared,
+                prepared.converters,
+                prepared,
+                batch_size,
+            )
+
+    def estimate_rows(self, sql: str, params: Sequence[Any]) -> int | None:
+        """Rows examined, times ``filtered`` where the server gives it."""
+        with self.connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql, params)
+            columns = [column[0].lower() for column in cursor.description]
+            rows = cursor.fetchall()
+        if not rows or "rows" not in columns:
+            return None
+        first = dict(zip(columns, rows[0], strict=True))
+        examined = float(first["rows"] or 0)
+        filtered = first.get("filtered")
+        return int(examined * float(filtered) / 100) if filtered is not None else int(examined)
+
+
+def _insert_multi_row(
+    cursor: Any,
+    connection: Any,
+    table: str,
+    columns: str,
+    shared: Sequence[Any],
+    converters: Sequence[Converter],
+    rows: Iterable[list[Any]],
+    batch_size: int,
+) -> None:
+    raw = connection.connection
+    encoding = raw.encoding
+    varying_at = {position for position, _, _ in converters}
+    template = ", ".join(
+        "%s" if position in varying_at else raw.literal(value).decode(encoding).replace("%", "%%")
+        for position, value in enumerate(shared)
+    )
+    row_sql = f"({template})"
+    order = [position for position, _, _ in converters]
+    batch: list[Any] = []
+    count = 0
+    for row in rows:
+        batch.extend(row[position] for position in order)
+        count += 1
+        if count == batch_size:
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch
+            )
+            batch, count = [], 0
+    if count:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch
+        )

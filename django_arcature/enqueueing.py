@@ -1,0 +1,149 @@
+"""Building the unsaved rows of one enqueue call: ids, arguments, availability.
+
+Kept apart from the manager's writes: nothing here touches the database, so a
+bulk enqueue's per-row cost (an id, a clock reading, the row itself) is easy to
+read and to profile.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models.base import ModelState
+from django.utils import timezone
+
+if TYPE_CHECKING:
+    from .models import Job
+
+__all__ = ["RowMaker", "delay_offset", "new_ids", "save_new", "split_arguments"]
+
+#: The furthest ahead a delayed job may be scheduled (as for retries).
+MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600
+
+
+def save_new(row: Job, using: str) -> Job:
+    row.save(force_insert=True, using=using)
+    return row
+
+
+def split_arguments(item: Any) -> tuple[list[Any], dict[str, Any]]:
+    if isinstance(item, Mapping):
+        return [], dict(item)
+    if (
+        isinstance(item, tuple)
+        and len(item) == 2
+        and isinstance(item[0], list | tuple)
+        and isinstance(item[1], Mapping)
+    ):
+        return list(item[0]), dict(item[1])
+    if isinstance(item, list | tuple):
+        return list(item), {}
+    return [item], {}
+
+
+class RowMaker:
+    """Unsaved job rows of one enqueue call, which differ only in a few fields.
+
+    A bulk enqueue builds thousands of rows, and ``Model.__init__`` with keyword
+    arguments was a fifth of its time. The values every row shares are read
+    once from a row built the ordinary way, so each default is the ORM's own; a
+    callable default (``attempt_log=list``) is called per row, so no two rows
+    share a mutable value. While nobody listens to ``pre_init``/``post_init``
+    for the model, a row is assembled the way ``Model.__init__`` leaves it (its
+    field values and a fresh ``ModelState``), without the per-field loop;
+    otherwise it goes through ``__init__`` with positional values, which sends
+    the signals.
+    """
+
+    #: Set per row by :meth:`make`, in its argument order.
+    PER_ROW = ("id", "payload", "available_at", "created_at", "unique_key")
+
+    def __init__(self, model: type[Job], **shared: Any) -> None:
+        fields = model._meta.concrete_fields
+        sample = model(**shared)
+        self.model = model
+        self.template = {field.attname: getattr(sample, field.attname) for field in fields}
+        fresh = [
+            field
+            for field in fields
+            if field.attname not in shared
+            and field.attname not in self.PER_ROW
+            and field.has_default()
+            and callable(field.default)
+        ]
+        self.fresh = [(field.attname, field.get_default) for field in fresh]
+        #: The fields whose values may differ between rows; the rest are the same in all
+        #: (a new empty list or dict in each row is still the same value).
+        self.varying = (
+            *self.PER_ROW,
+            *(field.attname for field in fresh if field.default not in (list, dict)),
+        )
+        self.plain = not (
+            models.signals.pre_init.has_listeners(model)
+            or models.signals.post_init.has_listeners(model)
+        )
+
+    def make(
+        self,
+        job_id: uuid.UUID,
+        payload: dict[str, Any],
+        available_at: datetime,
+        created_at: datetime,
+        unique_key: str | None,
+    ) -> Job:
+        values = self.template.copy()
+        values["id"] = job_id
+        values["payload"] = payload
+        values["available_at"] = available_at
+        values["created_at"] = created_at
+        values["unique_key"] = unique_key
+        for attname, default in self.fresh:
+            values[attname] = default()
+        if not self.plain:
+            # The template's keys are in field order: these are the positional values.
+            built: Job = self.model(*values.values())  # type: ignore[misc]
+            return built
+        row = self.model.__new__(self.model)
+        values["_state"] = ModelState()
+        row.__dict__ = values
+        return row
+
+
+def delay_offset(delay: float | timedelta | None, run_at: datetime | None) -> timedelta | None:
+    """Check ``delay``/``run_at``; the offset from "now" a delay gives, or None."""
+    if delay is not None and run_at is not None:
+        raise ValueError("Pass either delay or run_at, not both.")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise TypeError(f"run_at must be a datetime, not {run_at!r}")
+        if timezone.is_naive(run_at):
+            raise ValueError("run_at must be timezone-aware (use django.utils.timezone).")
+        return None
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, int | float | timedelta):
+        raise TypeError(f"delay must be a number of seconds or a timedelta, not {delay!r}")
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if not 0 <= seconds <= MAX_DELAY_SECONDS:  # also refuses NaN
+        raise ValueError(f"delay must be from 0 to {MAX_DELAY_SECONDS} seconds, not {delay!r}")
+    return timedelta(seconds=seconds)
+
+
+def new_ids(count: int) -> list[uuid.UUID]:
+    """``count`` random (version 4) UUIDs, as ``uuid.uuid4()`` makes them.
+
+    From one read of the system's random source instead of one per id: for a
+    bulk enqueue that read was a fifth of the time spent building each row.
+    """
+    if count == 1:
+        return [uuid.uuid4()]
+    random_bytes = os.urandom(16 * count)
+    return [
+        uuid.UUID(bytes=random_bytes[start : start + 16], version=4)
+        for start in range(0, 16 * count, 16)
+    ]

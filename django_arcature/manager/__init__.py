@@ -1,0 +1,1 @@
+"""The job table's one writer, in parts by concern; ``managers.JobManager`` puts them together."""

@@ -1,0 +1,351 @@
+"""Enqueue: inserting pending jobs, one, many or unique, in the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from django_arcature import signals
+from django_arcature.conf import get_settings
+from django_arcature.db import driver_for
+from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
+
+from .base import JobWriter
+
+if TYPE_CHECKING:
+    from django_arcature.models import Job
+
+
+_UNIQUE_INSERT_ATTEMPTS = 10
+
+#: Runs one just-enqueued job inline (``ARCATURE["EAGER"]``); installed by the app's
+#: ``ready()`` so that the manager does not depend on the worker's dispatcher.
+_eager_runner: Callable[[Job], Job] | None = None
+
+
+def set_eager_runner(runner: Callable[[Job], Job] | None) -> None:
+    global _eager_runner
+    _eager_runner = runner
+
+
+class EnqueueWrites(JobWriter):
+    """pending rows in; ``job_enqueued`` once they commit."""
+
+    def enqueue(
+        self,
+        task: Any,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        backend: str = "",
+    ) -> Job:
+        """Insert one pending job, in the caller's transaction if there is one.
+
+        ``task`` is a registered name or a ``@job`` handle. The job's own
+        arguments travel in ``args``/``kwargs`` so they never collide with these
+        options. With ``unique_key`` (or a ``@job(unique=True)`` handler), a
+        pending or running job holding the same key is returned instead of
+        inserting a second one.
+        """
+        row = self._build(
+            task,
+            args=args,
+            kwargs=kwargs,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            backend=backend,
+        )
+        if row.unique_key is None:
+            _retry_on_lock_conflict(self.db, lambda: row.save(force_insert=True, using=self.db))
+            job, created = row, True
+        else:
+            job, created = _retry_on_lock_conflict(self.db, lambda: self._insert_unique(row))
+        if not created:
+            return job
+        self._announce_enqueued([job])
+        return self._run_eagerly([job])[0]
+
+    def enqueue_many(
+        self,
+        task: Any,
+        arguments: Iterable[
+            Sequence[Any] | Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]
+        ],
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        batch_size: int = 1000,
+    ) -> list[Job]:
+        """Insert many pending jobs of one task, in the caller's transaction if there is one.
+
+        Each item of ``arguments`` is a sequence of positional arguments, a
+        mapping of keyword arguments, or an ``(args, kwargs)`` pair. Every item is
+        validated before anything is written, so a bad item inserts nothing. The
+        result lines up with ``arguments``; for a ``unique`` task an item whose key
+        is already held (by an older job or an earlier item) gets the holder.
+
+        On PostgreSQL the rows go in one ``COPY``; MySQL/MariaDB take ``batch_size``
+        rows per INSERT, SQLite one prepared INSERT run for every row.
+        """
+        items = [split_arguments(item) for item in arguments]
+        if not items:
+            return []
+        rows, varying = self._build_rows(
+            task,
+            items,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=None,
+            backend="",
+        )
+        if any(row.unique_key is not None for row in rows):
+            return self._enqueue_many_unique(rows)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
+        using = self.db
+
+        def insert() -> None:
+            with transaction.atomic(using=using):
+                driver_for(using).insert_rows(self.model, rows, varying, batch_size)
+
+        _retry_on_lock_conflict(using, insert)
+        for row in rows:  # as bulk_create leaves them: saved, and on this database
+            row._state.adding = False
+            row._state.db = using
+        self._announce_enqueued(rows)
+        return self._run_eagerly(rows)
+
+    def _enqueue_many_unique(self, rows: list[Job]) -> list[Job]:
+        """Unique rows one by one (each under its own savepoint) in one transaction.
+
+        A bulk INSERT cannot say which rows lost to an existing key on every
+        database, so each row gets the same race-free insert-or-fetch as
+        :meth:`enqueue`; one commit still covers the batch.
+        """
+
+        def insert() -> list[tuple[Job, bool]]:
+            with transaction.atomic(using=self.db):
+                return [
+                    self._insert_unique(row) if row.unique_key else (save_new(row, self.db), True)
+                    for row in rows
+                ]
+
+        results = _retry_on_lock_conflict(self.db, insert)
+        created = [job for job, is_new in results if is_new]
+        self._announce_enqueued(created)
+        ran = {job.pk: job for job in self._run_eagerly(created)}
+        return [ran.get(job.pk, job) for job, _ in results]
+
+    def _announce_enqueued(self, jobs: Sequence[Job]) -> None:
+        """Send ``job_enqueued`` once the insert is committed (at once outside a transaction).
+
+        An enqueue rolled back with the caller's transaction never happened, so
+        observers are not told about it.
+        """
+        if not jobs:
+            return
+        model = self.model
+
+        def send() -> None:
+            for job in jobs:
+                signals.job_enqueued.send(sender=model, job=job)
+
+        transaction.on_commit(send, using=self.db)
+
+    def _run_eagerly(self, jobs: list[Job]) -> list[Job]:
+        """With ``ARCATURE = {"EAGER": True}``, run each new job now, in this process.
+
+        The row is inserted and validated first, and each run goes through the
+        same claim, dispatch and fenced write as a worker's, so a test sees the
+        job's real end state (result, error, attempts) on the returned object.
+        """
+        if not jobs or not get_settings().eager:
+            return jobs
+        if _eager_runner is None:
+            raise RuntimeError(
+                "ARCATURE['EAGER'] is on but no eager runner is installed: is "
+                "'django_arcature' in INSTALLED_APPS (its ready() installs it)?"
+            )
+        return [_eager_runner(job) for job in jobs]
+
+    def _build(
+        self,
+        task: Any,
+        *,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        queue: str | None,
+        priority: int | None,
+        delay: float | timedelta | None,
+        run_at: datetime | None,
+        max_attempts: int | None,
+        unique_key: str | None,
+        backend: str,
+    ) -> Job:
+        """Validate everything about one job and build its row (unsaved)."""
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise TypeError(f"args must be a list or tuple of arguments, not {args!r}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a dict of keyword arguments, not {kwargs!r}")
+        rows, _ = self._build_rows(
+            task,
+            [(list(args), dict(kwargs or {}))],
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            backend=backend,
+        )
+        return rows[0]
+
+    def _build_rows(
+        self,
+        task: Any,
+        items: Sequence[tuple[list[Any], dict[str, Any]]],
+        *,
+        queue: str | None,
+        priority: int | None,
+        delay: float | timedelta | None,
+        run_at: datetime | None,
+        max_attempts: int | None,
+        unique_key: str | None,
+        backend: str,
+    ) -> tuple[list[Job], tuple[str, ...]]:
+        """Validate every item's arguments, then the options once, and build the rows (unsaved).
+
+        ``items`` are ``(args, kwargs)`` pairs, already a list and a dict each.
+        Settings are read and the options checked once per call, so a bulk
+        enqueue pays per row only for the argument check, an id, a clock reading
+        and the row itself. Returns the rows and the names of the fields that
+        differ between them (everything else is the same in every row).
+        """
+        from django_arcature.exceptions import MalformedPayload
+        from django_arcature.registry import (
+            QUEUE_MAX_LENGTH,
+            UNIQUE_KEY_MAX_LENGTH,
+            prepare_enqueue,
+        )
+
+        checked = not backend
+        plan = prepare_enqueue(task, *items[0], checked=checked)
+        if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
+            for args, kwargs in items[1:]:
+                prepare_enqueue(task, args, kwargs, checked=checked)
+        else:  # the task is resolved; each further item needs only its argument check
+            validate = plan.spec.validate
+            for args, kwargs in items[1:]:
+                try:
+                    validate(args, kwargs)
+                except MalformedPayload as exc:  # worded as prepare_enqueue words it
+                    raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
+        conf = get_settings()
+        offset = delay_offset(delay, run_at)
+        attempts_allowed = next(
+            value
+            for value in (max_attempts, plan.max_attempts, conf.max_attempts)
+            if value is not None
+        )
+        if (
+            isinstance(attempts_allowed, bool)
+            or not isinstance(attempts_allowed, int)
+            or attempts_allowed < 1
+        ):
+            raise ValueError(
+                f"max_attempts must be a whole number, at least 1, not {attempts_allowed!r}"
+            )
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise TypeError(f"priority must be an int, not {priority!r}")
+        queue_name = queue or plan.queue or conf.default_queue
+        if not isinstance(queue_name, str) or len(queue_name) > QUEUE_MAX_LENGTH:
+            raise ValueError(
+                f"queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {queue_name!r}"
+            )
+        if unique_key is not None and (
+            not isinstance(unique_key, str) or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_LENGTH
+        ):
+            raise ValueError(
+                f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
+                f"not {unique_key!r:.80}"
+            )
+        maker = RowMaker(
+            self.model,
+            task_name=plan.name,
+            queue=queue_name,
+            priority=plan.priority if priority is None else priority,
+            attempts=0,
+            max_attempts=attempts_allowed,
+            lease_seconds=conf.lease_seconds,
+            backend=backend,
+        )
+        derive_key = plan.unique and unique_key is None
+        rows = []
+        for job_id, (args, kwargs) in zip(new_ids(len(items)), items, strict=True):
+            # One clock reading per row, as for one-by-one enqueues: rows of a batch
+            # become available in the order given, and are claimed in that order.
+            now = timezone.now()
+            if run_at is not None:
+                available_at = run_at
+            elif offset is not None:
+                available_at = now + offset
+            else:
+                available_at = now
+            rows.append(
+                maker.make(
+                    job_id,
+                    {"args": args, "kwargs": kwargs},
+                    available_at,
+                    now,
+                    plan.unique_key(args, kwargs) if derive_key else unique_key,
+                )
+            )
+        varying = maker.varying
+        if not derive_key:  # one key (or none) for every row
+            varying = tuple(name for name in varying if name != "unique_key")
+        return rows, varying
+
+    def _insert_unique(self, row: Job) -> tuple[Job, bool]:
+        """Insert ``row``, or return the live job that already holds its unique key.
+
+        The database's unique constraint decides, not a check-then-insert, so two
+        racing enqueues cannot both win; the loser's insert fails under its own
+        savepoint and it reads the winner. If the holder finishes between that
+        failure and the read, the key is free again and the insert is retried.
+        Returns ``(job, created)``.
+        """
+        error: IntegrityError | None = None
+        for _ in range(_UNIQUE_INSERT_ATTEMPTS):
+            try:
+                with transaction.atomic(using=self.db):
+                    row.save(force_insert=True, using=self.db)
+            except IntegrityError as exc:
+                error = exc
+                existing = self.using(self.db).filter(unique_key=row.unique_key).first()
+                if existing is not None:
+                    return existing, False
+                continue
+            return row, True
+        assert error is not None
+        raise error

@@ -1,0 +1,468 @@
+"""A backend for Django's tasks framework that stores tasks as rows of the job table.
+
+``TASKS = {"default": {"BACKEND": "django_arcature.backend.ArcatureBackend"}}``
+and every ``@task`` runs on ``arcature_worker`` with what the framework itself
+lacks: attempts with backoff, per-attempt timeouts, leases that bring back a
+killed worker's tasks, fenced completion. Works with ``django.tasks`` (Django
+6.0, 6.1) and the ``django_tasks`` backport (Django 5.2) through
+:mod:`django_arcature.tasks_compat`.
+
+Django instantiates the backend when a module with ``@task`` is imported, so
+nothing here touches the database or the models before it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import sys
+import threading
+import typing
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, overload
+
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+from django_arcature.core.decide import describe_exception
+from django_arcature.core.payloads import check_arguments
+from django_arcature.core.retry import RetryPolicy
+
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+)
+from .options import (
+    TaskOverrides,
+    check_max_attempts,
+    check_timeout,
+    overrides_of,
+    parse_options,
+)
+from .results import result_from_job
+
+__all__ = ["ArcatureBackend", "ArcatureTask", "task"]
+
+logger = logging.getLogger(__name__)
+
+
+if TYPE_CHECKING:  # generic for type checkers, as django-stubs' Task is
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ArcatureTask[**P, R](Task[P, R]):
+        max_attempts: int | None = None
+        timeout: float | None = None
+        retry: RetryPolicy | None = None
+
+else:  # at run time Django's Task (6.x) is not subscriptable
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ArcatureTask(Task):
+        """A django.tasks Task with this backend's extra fields.
+
+        On Django 6.1 and the backport, ``@task(max_attempts=5, timeout=30)``
+        fills them; on Django 6.0 (whose ``@task`` refuses unknown keywords) use
+        :func:`django_arcature.backend.task` or ``OPTIONS["TASK_OPTIONS"]``.
+        None means "use the backend's OPTIONS, then ``ARCATURE``".
+        """
+
+        max_attempts: int | None = None
+        timeout: float | None = None
+        retry: RetryPolicy | None = None
+
+
+@overload
+def task[**P, R](
+    function: Callable[P, R],
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: bool = ...,
+    max_attempts: int | None = ...,
+    timeout: float | None = ...,
+    retry: RetryPolicy | None = ...,
+) -> ArcatureTask[P, R]: ...
+@overload
+def task[**P, R](
+    function: None = None,
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: bool = ...,
+    max_attempts: int | None = ...,
+    timeout: float | None = ...,
+    retry: RetryPolicy | None = ...,
+) -> Callable[[Callable[P, R]], ArcatureTask[P, R]]: ...
+def task[**P, R](
+    function: Callable[P, R] | None = None,
+    *,
+    priority: int = 0,
+    queue_name: str = "default",
+    backend: str = "default",
+    takes_context: bool = False,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+) -> ArcatureTask[P, R] | Callable[[Callable[P, R]], ArcatureTask[P, R]]:
+    """Django's ``@task`` plus ``max_attempts``, ``timeout`` and ``retry``, on every version.
+
+    Needed on Django 6.0, whose ``@task`` refuses extra keywords; elsewhere it
+    is the same as ``@django.tasks.task(max_attempts=…)`` with type hints.
+    """
+    extra = {
+        key: value
+        for key, value in {
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "retry": retry,
+        }.items()
+        if value is not None
+    }
+
+    def wrapper(func: Callable[P, R]) -> ArcatureTask[P, R]:
+        task_class = task_backends[backend].task_class
+        if extra and not issubclass(task_class, ArcatureTask):
+            raise InvalidTask(
+                f"TASKS[{backend!r}] is not an ArcatureBackend: it cannot honour "
+                f"{', '.join(sorted(extra))}."
+            )
+        return typing.cast(
+            "ArcatureTask[P, R]",
+            task_class(
+                func=func,
+                priority=priority,
+                queue_name=queue_name,
+                backend=backend,
+                takes_context=takes_context,
+                run_after=None,
+                **extra,
+            ),
+        )
+
+    if function is not None:
+        return wrapper(function)
+    return wrapper
+
+
+@dataclass(frozen=True)
+class _Signature:
+    signature: inspect.Signature
+    hints: Mapping[str, Any]
+
+
+_signatures: dict[Callable[..., Any], _Signature] = {}
+_signatures_lock = threading.Lock()
+
+
+def _signature_of(func: Callable[..., Any]) -> _Signature:
+    cached = _signatures.get(func)
+    if cached is None:
+        try:
+            hints = typing.get_type_hints(func)
+        except Exception:  # unresolvable forward references: check the signature only
+            hints = {}
+        hints.pop("return", None)
+        cached = _Signature(inspect.signature(func), hints)
+        with _signatures_lock:
+            _signatures[func] = cached
+    return cached
+
+
+class ArcatureBackend(BaseTaskBackend):
+    """Tasks become rows of django-arcature's job table, run by ``arcature_worker``."""
+
+    task_class = ArcatureTask
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.arcature_options, self.option_problems = parse_options(alias, self.options)
+
+    # --- validation ---------------------------------------------------------------
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        super().validate_task(task)
+        own = overrides_of(task)
+        problems = check_max_attempts(own.max_attempts, "max_attempts") + check_timeout(
+            own.timeout, "timeout"
+        )
+        if own.retry is not None and not isinstance(own.retry, RetryPolicy):
+            problems.append("retry must be a django_arcature.RetryPolicy.")
+        if problems:
+            raise InvalidTask(" ".join(problems))
+
+    def module_allowed(self, module_name: str) -> bool:
+        """Whether the worker may import ``module_name`` to find a task in it.
+
+        Rows name their task by module path; only modules of installed apps
+        (and those listed in ``OPTIONS["MODULES"]``) are ever imported for
+        that, so a row cannot make a worker import arbitrary code.
+        """
+        prefixes: Iterable[str] = (
+            *(config.name for config in apps.get_app_configs()),
+            *self.arcature_options.modules,
+        )
+        return any(
+            module_name == prefix or module_name.startswith(prefix + ".") for prefix in prefixes
+        )
+
+    def check_arguments(
+        self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Raise MalformedPayload unless the arguments are JSON and fit the function."""
+        found = _signature_of(task.func)
+        check_arguments(
+            task.func,
+            found.signature,
+            found.hints,
+            args,
+            kwargs,
+            skip_first=task.takes_context,
+        )
+
+    def overrides_for(self, task: Task[Any, Any]) -> TaskOverrides:
+        """Attempts, timeout and backoff for ``task``: its own fields, TASK_OPTIONS, OPTIONS."""
+        return self.arcature_options.for_task(task.module_path, overrides_of(task))
+
+    def _ensure_configured(self) -> None:
+        if self.option_problems:
+            raise InvalidTaskBackend(" ".join(self.option_problems))
+
+    def _ensure_reachable(self, task: Task[Any, Any]) -> None:
+        """The worker finds a task by its module path; refuse one it could not find."""
+        module_name = task.func.__module__
+        path = task.module_path
+        if module_name == "__main__":
+            raise InvalidTask(
+                f"{path} is defined in __main__, which a worker process cannot import; "
+                "move it to a module of an installed app."
+            )
+        if not self.module_allowed(module_name):
+            raise InvalidTask(
+                f"{path} is not in an installed app, so a worker will not import it; "
+                f"add {module_name!r} to TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
+            )
+        module = sys.modules.get(module_name)
+        found = getattr(module, task.func.__qualname__, None)
+        if not isinstance(found, Task) or found.func is not task.func:
+            raise InvalidTask(
+                f"{path} does not name this task (a worker importing it would find "
+                f"{type(found).__name__}); apply @task where the function is defined, "
+                "under the function's own name."
+            )
+
+    # --- the framework's API ---------------------------------------------------------
+
+    def enqueue[**P, R](
+        self, task: Task[P, R], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> TaskResult[P, R]:
+        """Insert a pending job row in the caller's transaction, and describe it."""
+        from django_arcature.models import Job
+
+        self._ensure_configured()
+        self.validate_task(task)
+        self._ensure_reachable(task)
+        args = list(args)
+        kwargs = dict(kwargs)
+        self.check_arguments(task, args, kwargs)
+        overrides = self.overrides_for(task)
+        job = Job.objects.enqueue(
+            task.module_path,
+            args=args,
+            kwargs=kwargs,
+            queue=task.queue_name,
+            priority=task.priority,
+            run_at=task.run_after,
+            backend=self.alias,
+            max_attempts=overrides.max_attempts,
+        )
+        result = TaskResult(
+            task=task,
+            id=str(job.id),
+            status=TaskResultStatus.READY,
+            enqueued_at=job.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(sender=type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        """The task's current state; unknown or malformed ids raise TaskResultDoesNotExist."""
+        from django_arcature.models import Job
+
+        try:
+            pk = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(result_id) from None
+        job = Job.objects.filter(pk=pk, backend=self.alias).first()
+        if job is None:
+            raise TaskResultDoesNotExist(result_id)
+        return result_from_job(job, self._task_for_result(job.task_name, job.priority, job.queue))
+
+    def _task_for_result(self, path: str, priority: int, queue: str) -> Task[Any, Any]:
+        found = resolve_task(path, self.alias)
+        if isinstance(found, str):
+            return _missing_task(
+                path, priority=priority, queue=queue, backend=self.alias, why=found
+            )
+        current = found.task
+        if current.priority == priority and current.queue_name == queue:
+            return current
+        try:
+            return replace(current, priority=priority, queue_name=queue)
+        except InvalidTask:  # the queue was removed from QUEUES since: report as declared
+            return current
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Misconfiguration that would lose or stall tasks, found before the first enqueue."""
+        messages: list[checks.CheckMessage] = []
+        name = f"TASKS[{self.alias!r}]"
+        if not apps.is_installed("django_arcature"):
+            messages.append(
+                checks.Error(
+                    f"{name} uses ArcatureBackend but 'django_arcature' is not in "
+                    "INSTALLED_APPS: there is no job table to store tasks in.",
+                    hint="Add 'django_arcature' to INSTALLED_APPS and run migrate.",
+                    id="arcature.E101",
+                )
+            )
+            messages.extend(self._database_warnings())
+        messages.extend(
+            checks.Error(problem, hint="See docs/django-tasks.md.", id="arcature.E102")
+            for problem in self.option_problems
+        )
+        return messages
+
+    def _database_warnings(self) -> list[checks.CheckMessage]:
+        """SQLite without IMMEDIATE transactions (the app's own check says so when installed)."""
+        return sqlite_mode_warnings(self.alias, settings.DATABASES.get("default", {}))
+
+
+def sqlite_mode_warnings(alias: str, database: Mapping[str, Any]) -> list[checks.CheckMessage]:
+    """arcature.W101 if ``database`` is SQLite in its default DEFERRED transaction mode."""
+    if not str(database.get("ENGINE", "")).endswith("sqlite3"):
+        return []
+    if database.get("OPTIONS", {}).get("transaction_mode") == "IMMEDIATE":
+        return []
+    return [
+        checks.Warning(
+            f"TASKS[{alias!r}] would store tasks in a SQLite database with DEFERRED "
+            "transactions: several worker processes then fail with 'database is locked'.",
+            hint="Set DATABASES['default']['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+            id="arcature.W101",
+        )
+    ]
+
+
+# --- Finding a task from a row -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedTask:
+    task: Task[Any, Any]
+    backend: ArcatureBackend
+
+
+def our_backend(alias: str) -> ArcatureBackend | None:
+    try:
+        backend = task_backends[alias]
+    except (InvalidTaskBackend, ImproperlyConfigured, KeyError):
+        return None
+    return backend if isinstance(backend, ArcatureBackend) else None
+
+
+def resolve_task(path: str, alias: str) -> ResolvedTask | str:
+    """The Task a row names, or why there is none (a readable reason, never an exception).
+
+    Only a ``Task`` object is accepted, found in a module of an installed app,
+    and only for a backend alias that is an ArcatureBackend: a row naming
+    ``os.system`` runs nothing.
+    """
+    backend = our_backend(alias)
+    if backend is None:
+        return f"TASKS[{alias!r}] is not configured as an ArcatureBackend on this worker"
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name or not attribute.isidentifier():
+        return f"{path!r} is not a module path"
+    if not backend.module_allowed(module_name):
+        return (
+            f"module {module_name!r} is not part of an installed app nor listed in "
+            f"TASKS[{alias!r}]['OPTIONS']['MODULES'], so it was not imported"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        return f"cannot import module {module_name!r}: {exc}"
+    except Exception as exc:
+        return f"importing module {module_name!r} raised {describe_exception(exc)}"
+    found = getattr(module, attribute, None)
+    if not isinstance(found, Task):
+        what = "does not exist" if found is None else f"is a {type(found).__name__}"
+        return f"{path} {what}, not a django.tasks Task"
+    if found.module_path != path:
+        return f"{path} is an alias of the task {found.module_path}, not the task itself"
+    if found.backend != alias:
+        try:
+            found = found.using(backend=alias)
+        except Exception as exc:
+            return f"{path} cannot run on TASKS[{alias!r}]: {describe_exception(exc)}"
+    return ResolvedTask(found, backend)
+
+
+def _missing_task(
+    path: str, *, priority: int, queue: str, backend: str, why: str
+) -> Task[Any, Any]:
+    """A stand-in Task for a result whose task can no longer be found (its module vanished).
+
+    ``get_result`` must still answer for such a row (it is FAILED, with the
+    reason), so the Task is built without the backend's validation; calling
+    it raises the reason.
+    """
+    module_name, _, attribute = path.rpartition(".")
+
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise LookupError(f"the task {path} cannot be found: {why}")
+
+    missing.__module__ = module_name or "__unknown__"
+    missing.__name__ = attribute or path
+    missing.__qualname__ = attribute or path
+    stand_in = object.__new__(ArcatureTask)
+    values = {
+        "func": missing,
+        "priority": priority,
+        "backend": backend,
+        "queue_name": queue,
+        "run_after": None,
+        "takes_context": False,
+        "max_attempts": None,
+        "timeout": None,
+        "retry": None,
+    }
+    for name, value in values.items():
+        object.__setattr__(stand_in, name, value)
+    return stand_in

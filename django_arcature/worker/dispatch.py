@@ -1,0 +1,430 @@
+"""Run one claimed job and say what happened, without touching the job row.
+
+``run_handler`` turns "a claimed row" into a :data:`~django_arcature.decide.DispatchOutcome`;
+``process`` adds the decision and the attempt-log entry and returns the
+:class:`~django_arcature.managers.Completion` the worker (or ``testing``) then
+writes, fenced, through ``Job.objects.complete_many``. Nothing here writes to
+the database, so a handler's failure can never leave a half-written row, and
+the same code runs a job inside the worker and inline in a user's test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+from django.utils import timezone
+
+from django_arcature import registry
+from django_arcature.conf import ArcatureSettings, default_retry_policy, get_settings
+from django_arcature.context import JobContext, activate, deactivate
+from django_arcature.core.decide import (
+    Dead,
+    DispatchOutcome,
+    HandlerError,
+    JobState,
+    Malformed,
+    Panic,
+    Retry,
+    Succeeded,
+    Timeout,
+    Unknown,
+    decide,
+    qualified_name,
+)
+from django_arcature.core.payloads import ensure_json, split_payload
+from django_arcature.core.retry import RetryPolicy
+from django_arcature.db import ClaimedJob
+from django_arcature.exceptions import MalformedPayload, UnknownTask
+from django_arcature.transitions import Completion
+
+logger = logging.getLogger(__name__)
+
+#: Rows enqueued through ``django.tasks`` run through this module, imported only when
+#: such a row is claimed: it needs the tasks framework, which a project may not have.
+TASKS_DISPATCH = "django_arcature.tasks.dispatch"
+
+__all__ = ["WorkerShutdown", "process", "run_handler"]
+
+
+class WorkerShutdown(BaseException):
+    """Raised by the worker itself to stop at once; never recorded as the job's failure."""
+
+
+#: Exceptions that are the process being stopped, not the handler failing.
+_PASS_THROUGH: tuple[type[BaseException], ...] = (WorkerShutdown, KeyboardInterrupt)
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    spec: registry.JobSpec
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+def _resolve(claimed: ClaimedJob) -> _Resolved | DispatchOutcome:
+    try:
+        spec = registry.get(claimed.task_name)
+    except UnknownTask:
+        return Unknown(claimed.task_name)
+    try:
+        args, kwargs = split_payload(claimed.payload)
+        spec.validate(args, kwargs)
+    except MalformedPayload as exc:
+        return Malformed(str(exc))
+    return _Resolved(spec, args, kwargs)
+
+
+def run_handler(
+    claimed: ClaimedJob,
+    *,
+    timeout: float | None,
+    cancel_event: threading.Event | None = None,
+    worker_id: str = "",
+    context: JobContext | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> DispatchOutcome:
+    """Run the handler for ``claimed`` and classify the result.
+
+    ``timeout`` bounds the attempt: past it the outcome is :class:`Timeout` and
+    the handler is asked to stop (``current_job().cancelled``); a sync handler
+    that ignores the request keeps its thread until it returns, but whatever it
+    does then cannot complete the job. ``loop``, when given, is a running event
+    loop in another thread on which ``async def`` handlers run; without it each
+    async handler gets a fresh loop. ``context`` (or ``cancel_event``) is how the
+    caller tells the handler its claim was lost.
+    """
+    if context is None:
+        context = JobContext(
+            job_id=claimed.id,
+            task_name=claimed.task_name,
+            queue=claimed.queue,
+            attempt=claimed.attempts,
+            max_attempts=claimed.max_attempts,
+            worker_id=worker_id,
+            cancel_event=cancel_event or threading.Event(),
+        )
+    if claimed.backend:
+        return _run_task_backend_job(claimed, timeout, context)
+    resolved = _resolve(claimed)
+    if not isinstance(resolved, _Resolved):
+        return resolved
+    return _run_resolved(resolved, timeout, context, loop)
+
+
+def _run_resolved(
+    resolved: _Resolved,
+    timeout: float | None,
+    context: JobContext,
+    loop: asyncio.AbstractEventLoop | None,
+) -> DispatchOutcome:
+    spec = resolved.spec
+    if spec.is_async:
+        return _run_async(resolved, timeout, context, loop)
+
+    def call() -> DispatchOutcome:
+        return _classify(spec.name, lambda: spec.func(*resolved.args, **resolved.kwargs))
+
+    if timeout is None:
+        return _in_context(context, call)
+    return _with_timeout(context, call, timeout)
+
+
+def _run_task_backend_job(
+    claimed: ClaimedJob, timeout: float | None, context: JobContext
+) -> DispatchOutcome:
+    """Rows enqueued through ``django.tasks`` are run by the backend module."""
+    try:
+        dispatch_task_job = importlib.import_module(TASKS_DISPATCH).dispatch_task_job
+    except (ImportError, AttributeError):
+        return Unknown(claimed.task_name)
+
+    def call() -> DispatchOutcome:
+        try:
+            outcome: DispatchOutcome = dispatch_task_job(
+                claimed, worker_id=context.worker_id, cancel_event=context.cancel_event
+            )
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            return HandlerError.from_exception(exc)
+        except BaseException as exc:
+            return Panic.from_exception(exc)
+        return outcome
+
+    if timeout is None:
+        return _in_context(context, call)
+    return _with_timeout(context, call, timeout)
+
+
+def _classify(name: str, call: Callable[[], Any]) -> DispatchOutcome:
+    try:
+        value = call()
+    except _PASS_THROUGH:
+        raise
+    except Exception as exc:
+        return HandlerError.from_exception(exc)
+    except BaseException as exc:
+        return Panic.from_exception(exc)
+    return _succeeded(name, value)
+
+
+def _succeeded(name: str, value: Any) -> DispatchOutcome:
+    """A return value must be storable as JSON; anything else is a programming error.
+
+    It is reported as permanent: the handler already ran to the end, and running
+    its side effects again would not make the value any more JSON.
+    """
+    try:
+        ensure_json(value, "the return value")
+    except MalformedPayload as exc:
+        return HandlerError(
+            message=(
+                f"{name} returned a value that cannot be stored: {exc} A job's return "
+                "value is saved as JSON: return None, str, int, float, bool, or lists and "
+                "dicts (with str keys) of those."
+            ),
+            permanent=True,
+            exception_type=qualified_name(TypeError),
+        )
+    return Succeeded(value)
+
+
+def _in_context(context: JobContext, call: Callable[[], DispatchOutcome]) -> DispatchOutcome:
+    token = activate(context)
+    try:
+        return call()
+    finally:
+        deactivate(token)
+
+
+def _with_timeout(
+    context: JobContext, call: Callable[[], DispatchOutcome], timeout: float
+) -> DispatchOutcome:
+    """Run ``call`` on its own thread and stop waiting for it after ``timeout`` seconds.
+
+    Python cannot kill a thread, so an attempt that runs over is abandoned: the
+    caller gets :class:`Timeout` at once, the handler is told through its
+    context, and the thread ends whenever the handler returns.
+    """
+    box: list[DispatchOutcome | BaseException] = []
+
+    def target() -> None:
+        try:
+            box.append(_in_context(context, call))
+        except BaseException as exc:  # pass-through exceptions travel back to the caller
+            box.append(exc)
+        finally:
+            connections.close_all()  # this thread's connections die with it
+
+    thread = threading.Thread(target=target, name=f"arcature-job-{context.job_id}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive() or not box:
+        context.cancel("timeout")
+        logger.warning(
+            "job %s (%s) passed its %gs timeout; the worker moves on and ignores its result",
+            context.job_id,
+            context.task_name,
+            timeout,
+        )
+        return Timeout(timeout)
+    result = box[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _run_async(
+    resolved: _Resolved,
+    timeout: float | None,
+    context: JobContext,
+    loop: asyncio.AbstractEventLoop | None,
+) -> DispatchOutcome:
+    spec = resolved.spec
+
+    async def attempt() -> DispatchOutcome:
+        token = activate(context)  # this task's own copy of the context variables
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                value = await spec.func(*resolved.args, **resolved.kwargs)
+        except TimeoutError:
+            if timeout is not None and deadline.expired():  # ours, not the handler's own
+                context.cancel("timeout")
+                return Timeout(timeout)
+            raise
+        finally:
+            deactivate(token)
+        return _succeeded(spec.name, value)
+
+    def run() -> DispatchOutcome:
+        if loop is not None:
+            return asyncio.run_coroutine_threadsafe(attempt(), loop).result()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(attempt())
+        # Called from inside a running loop (an async test): use a loop of our own.
+        box: list[DispatchOutcome] = []
+        helper = threading.Thread(target=lambda: box.append(asyncio.run(attempt())))
+        helper.start()
+        helper.join()
+        return box[0]
+
+    try:
+        return run()
+    except _PASS_THROUGH:
+        raise
+    except Exception as exc:
+        return HandlerError.from_exception(exc)
+    except BaseException as exc:
+        return Panic.from_exception(exc)
+
+
+# --- process: run, decide, and build the fenced write -----------------------------
+
+
+def process(
+    claimed: ClaimedJob,
+    *,
+    worker_id: str,
+    now: datetime | None = None,
+    policy: RetryPolicy | None = None,
+    timeout: float | None = _UNSET,
+    cancel_event: threading.Event | None = None,
+    context: JobContext | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+    settings: ArcatureSettings | None = None,
+) -> Completion:
+    """Run ``claimed`` and return the fenced completion to write for it.
+
+    Stable entry point for the worker and for ``django_arcature.testing``:
+    ``Job.objects.complete_many([process(job, worker_id=...)])`` runs a claimed
+    job inline. ``now`` (default: when the handler returned) dates a retry;
+    ``policy`` defaults to the job's ``@job(retry=...)`` or the ARCATURE
+    backoff; ``timeout`` defaults to the job's ``@job(timeout=...)`` or
+    ``ARCATURE['TIMEOUT']`` (pass ``None`` explicitly for no timeout).
+    """
+    conf = settings or get_settings()
+    spec = _spec_or_none(claimed)
+    declared_timeout, declared_retry = _declared(claimed, spec)
+    if timeout is _UNSET:
+        timeout = declared_timeout or conf.timeout
+    policy = policy or declared_retry
+    outcome = run_handler(
+        claimed,
+        timeout=timeout,
+        cancel_event=cancel_event,
+        worker_id=worker_id,
+        context=context,
+        loop=loop,
+    )
+    return completion_for(claimed, outcome, worker_id=worker_id, now=now, policy=policy, spec=spec)
+
+
+def _declared(
+    claimed: ClaimedJob, spec: registry.JobSpec | None
+) -> tuple[float | None, RetryPolicy | None]:
+    """The job's own timeout and backoff: ``@job(...)``, or the django.tasks backend's."""
+    if spec is not None:
+        return spec.timeout, spec.retry
+    if not claimed.backend:
+        return None, None
+    try:
+        overrides = importlib.import_module(TASKS_DISPATCH).task_overrides(claimed)
+    except (ImportError, AttributeError):
+        return None, None
+    return overrides.timeout, overrides.retry
+
+
+def _spec_or_none(claimed: ClaimedJob) -> registry.JobSpec | None:
+    if claimed.backend:
+        return None
+    try:
+        return registry.get(claimed.task_name)
+    except UnknownTask:
+        return None
+
+
+def completion_for(
+    claimed: ClaimedJob,
+    outcome: DispatchOutcome,
+    *,
+    worker_id: str,
+    now: datetime | None = None,
+    policy: RetryPolicy | None = None,
+    spec: registry.JobSpec | None = None,
+) -> Completion:
+    """Decide what ``outcome`` means for ``claimed`` and build its fenced write."""
+    if isinstance(outcome, Succeeded):
+        decided: Succeeded | Retry | Dead = outcome
+    else:
+        if policy is None:
+            policy = (spec.retry if spec else None) or default_retry_policy()
+        state = JobState(attempts=claimed.attempts, max_attempts=claimed.max_attempts)
+        decided = decide(state, outcome, policy, now or timezone.now())
+    log = [*claimed.attempt_log, {"worker": worker_id, "error": attempt_error(outcome)}]
+    match decided:
+        case Succeeded(result=result):
+            return Completion(
+                claimed.id, claimed.claim_token, "succeeded", result=result, attempt_log=log
+            )
+        case Retry(available_at=available_at, message=message, traceback=tb):
+            return Completion(
+                claimed.id,
+                claimed.claim_token,
+                "retry",
+                available_at=available_at,
+                message=message,
+                traceback=tb,
+                attempt_log=log,
+            )
+        case Dead(error_kind=kind, message=message, traceback=tb):
+            return Completion(
+                claimed.id,
+                claimed.claim_token,
+                "dead",
+                error_kind=str(kind),
+                message=message,
+                traceback=tb,
+                attempt_log=log,
+            )
+    raise TypeError(f"not an outcome: {decided!r}")  # pragma: no cover
+
+
+def attempt_error(outcome: DispatchOutcome) -> dict[str, str] | None:
+    """The attempt-log ``error`` for one outcome, shaped like django.tasks' TaskError."""
+    match outcome:
+        case Succeeded():
+            return None
+        case (
+            HandlerError(exception_type=path, traceback=tb, message=message)
+            | Panic(exception_type=path, traceback=tb, message=message)
+        ):
+            return {
+                "exception_class_path": path or "builtins.Exception",
+                "traceback": tb or message,
+            }
+        case Malformed(reason=reason):
+            return {"exception_class_path": qualified_name(MalformedPayload), "traceback": reason}
+        case Unknown(task_name=name):
+            return {
+                "exception_class_path": qualified_name(UnknownTask),
+                "traceback": f"no job handler is registered under {name!r}",
+            }
+        case Timeout(seconds=seconds):
+            return {
+                "exception_class_path": qualified_name(TimeoutError),
+                "traceback": f"the attempt exceeded its timeout of {seconds:g}s",
+            }
+    raise TypeError(f"not a dispatch outcome: {outcome!r}")  # pragma: no cover
