@@ -52,6 +52,7 @@ class MySQLDriver(Driver):
         batch: int,
         queues: Sequence[str] | None,
         claimed_fields: ClaimedFields,
+        exclude: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         """``SELECT … FOR UPDATE SKIP LOCKED``, then one compare-and-set UPDATE."""
         manager = model._default_manager.db_manager(self.using)
@@ -61,6 +62,8 @@ class MySQLDriver(Driver):
             )
             if queues:
                 candidates = candidates.filter(queue__in=queues)
+            if exclude:
+                candidates = candidates.exclude(queue__in=exclude)
             rows = list(
                 candidates.order_by("-priority", "available_at").values_list(*CLAIM_COLUMNS)[:batch]
             )

@@ -12,14 +12,16 @@ import logging
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from django_arcature.wakeup import CHANNEL
-
 logger = logging.getLogger(__name__)
 
 __all__ = ["ensure_rows", "pause", "paused_queues", "resume"]
 
 
 def _notify(using: str) -> None:
+    # Imported here: importing the worker package at module level would load the
+    # worker loop, which imports this module.
+    from django_arcature.worker.wakeup import CHANNEL
+
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

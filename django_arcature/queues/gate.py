@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 from django.db.models import F
 
-from django_arcature.dialects import ClaimedJob, retry_on_lock_conflict
+from django_arcature.db import ClaimedJob, retry_on_lock_conflict
 from django_arcature.schedules.clock import database_now
 
 from .control import ensure_rows, paused_queues

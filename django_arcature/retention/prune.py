@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from django_arcature.dialects import DatabaseNow, now_sql, retry_on_lock_conflict
+from django_arcature.db import DatabaseNow, now_sql, retry_on_lock_conflict
 
 from .rules import FINISHED, PruneRule
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
-from django_arcature.dialects import now_sql
+from django_arcature.db import now_sql
 
 __all__ = ["database_now"]
 

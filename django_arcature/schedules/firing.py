@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db import transaction
 
-from django_arcature.dialects import DatabaseNow, retry_on_lock_conflict
+from django_arcature.db import DatabaseNow, retry_on_lock_conflict
 
 from .clock import database_now
 from .cron import next_slots

@@ -30,6 +30,7 @@ PUBLIC = {
         "__version__",
         "current_job",
         "job",
+        "periodic",
     ],
     "django_arcature.models": ["Job", "DeadJob", "JobStatus", "ErrorKind", "ACTIVE_STATUSES"],
     "django_arcature.context": ["current_job", "JobContext"],
@@ -105,6 +106,8 @@ SETTINGS = [
     "DEFAULT_QUEUE",
     "USE_LISTEN_NOTIFY",
     "EAGER",
+    "QUEUES",
+    "RETENTION",
 ]
 
 

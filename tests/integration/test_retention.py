@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from django.db import connection, transaction
 from django.test import override_settings
 
-from django_arcature.dialects import DatabaseNow
+from django_arcature.db import DatabaseNow
 from django_arcature.duties import Duties
 from django_arcature.models import Job, JobStatus
 from django_arcature.retention.prune import _queryset, count_prunable, prune, prune_batch

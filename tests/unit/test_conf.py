@@ -32,6 +32,8 @@ GOOD: dict[str, list[Any]] = {
     "DEFAULT_QUEUE": ["default", "email", "q" * 100],
     "USE_LISTEN_NOTIFY": [True, False],
     "EAGER": [True, False],
+    "QUEUES": [None, {}, {"email": {"concurrency": 5, "rate": "100/m"}}],
+    "RETENTION": [None, {}, {"succeeded": "7d", "dead": 86400, "queues": {"x": {"dead": None}}}],
 }
 BAD: dict[str, list[Any]] = {
     "LEASE_SECONDS": [0, -5, 0.5, 30.0, "30", True, None, MAX_LEASE_SECONDS + 1],
@@ -51,6 +53,8 @@ BAD: dict[str, list[Any]] = {
     "DEFAULT_QUEUE": ["", "q" * 101, None, 3],
     "USE_LISTEN_NOTIFY": [1, 0, "yes", None],
     "EAGER": [1, "False", None],
+    "QUEUES": [[], {"email": {"concurrency": 0}}, {"email": {"rate": "lots"}}],
+    "RETENTION": ["7d", {"pending": "1d"}, {"succeeded": "soon"}],
 }
 
 
