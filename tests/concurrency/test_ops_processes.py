@@ -27,7 +27,7 @@ from django_arcature.schedules.clock import database_now
 from django_arcature.schedules.models import Schedule
 from tests.concurrency.conftest import WorkerProcess, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 
