@@ -12,7 +12,7 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo test test-quick lint databases bench clean
+.PHONY: help venv demo test test-quick lint databases bench soak clean
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-quick  run the suite once, on SQLite, in $(VENV)"
 	@echo "make lint        ruff + mypy"
 	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
+	@echo "make soak        long runs of the time-based tests (ARCATURE_SOAK=1), every database"
 
 $(VENV)/.installed: pyproject.toml
 	@py="$(PYTHON_FOR_VENV)"; [ -n "$$py" ] || exit 1; \
@@ -58,6 +59,15 @@ lint: venv
 bench: venv databases
 	$(PY) -m pip install -q mysqlclient
 	$(PY) benchmarks/run.py --db sqlite,postgres,mysql
+
+# The long profile of the time-based tests: e.g. a real one-minute schedule for
+# 3.5 minutes across four worker processes, on each database (CI runs a per-second one).
+soak: venv databases
+	$(PY) -m pip install -q mysqlclient
+	for db in sqlite postgres mysql; do \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -s -m slow \
+	    tests/concurrency/test_ops_processes.py || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .tox var build dist *.egg-info
