@@ -443,7 +443,8 @@ class DeadJobAdmin(BaseJobAdmin):
 
 
 # Schedules and queues: their pages live in admin/schedules.py and admin/queues.py.
-from django_arcature.models import QueueState, Schedule  # noqa: E402
+from django_arcature.queues.models import QueueState  # noqa: E402
+from django_arcature.schedules.models import Schedule  # noqa: E402
 
 from .queues import QueueStateAdmin  # noqa: E402
 from .schedules import ScheduleAdmin  # noqa: E402

@@ -27,8 +27,10 @@ from django_arcature.schedules.policy import ALL, LATEST, SKIP, due_slots
 PARIS = ZoneInfo("Europe/Paris")
 
 
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def between(expression: str, zone: str, start: datetime, end: datetime) -> list[datetime]:
@@ -183,11 +185,11 @@ def test_latest_fires_the_newest_missed_slot_once() -> None:
 
 
 def test_all_fires_every_missed_slot_up_to_the_bound_oldest_first() -> None:
-    args = {"watermark": utc(2026, 1, 1, 10), "now": utc(2026, 1, 1, 10, 5, 30), "policy": ALL}
-    assert due_slots("* * * * *", "UTC", catch_up=10, **args).fire == tuple(
-        utc(2026, 1, 1, 10, minute) for minute in range(1, 6)
-    )
-    bounded = due_slots("* * * * *", "UTC", catch_up=2, **args)
+    watermark, now = utc(2026, 1, 1, 10), utc(2026, 1, 1, 10, 5, 30)
+    assert due_slots(
+        "* * * * *", "UTC", watermark=watermark, now=now, policy=ALL, catch_up=10
+    ).fire == tuple(utc(2026, 1, 1, 10, minute) for minute in range(1, 6))
+    bounded = due_slots("* * * * *", "UTC", watermark=watermark, now=now, policy=ALL, catch_up=2)
     assert bounded.fire == (utc(2026, 1, 1, 10, 4), utc(2026, 1, 1, 10, 5))
     assert bounded.watermark == utc(2026, 1, 1, 10, 5)  # the older ones are given up
 

@@ -53,8 +53,8 @@ class Command(BaseCommand):
                 configured = read_retention().rules()
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
-            rules = [_narrow(rule, queues) for rule in configured if rule.status in statuses]
-            rules = [rule for rule in rules if rule is not None]
+            narrowed = [_narrow(rule, queues) for rule in configured if rule.status in statuses]
+            rules = [rule for rule in narrowed if rule is not None]
             if not rules:
                 raise CommandError(
                     "nothing to prune: ARCATURE['RETENTION'] sets no age for these statuses; "

@@ -43,7 +43,7 @@ class Command(BaseCommand):
         from django_arcature.models import Job, JobStatus
         from django_arcature.queues.models import QueueState
 
-        counts = {
+        counts: dict[str, Any] = {
             row["queue"]: row
             for row in Job.objects.using(using)
             .filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING])
