@@ -88,6 +88,16 @@ def validate_expression(expression: str) -> None:
         raise InvalidSchedule(f"cron expression {expression!r} never fires") from exc
 
 
+def _walk(expression: str, start: datetime, *, reverse: bool = False) -> Iterator[datetime]:
+    """cronsim's walk over naive wall-clock times; a bad expression is InvalidSchedule."""
+    cronsim = _cronsim()
+    try:
+        walker = cronsim.CronSim(expression, start, reverse=reverse)
+    except cronsim.CronSimError as exc:
+        raise InvalidSchedule(f"invalid cron expression {expression!r}: {exc}") from exc
+    return iter(walker)
+
+
 def local_to_instant(naive: datetime, tz: ZoneInfo) -> datetime:
     """The UTC instant at which the wall-clock time ``naive`` fires in ``tz``.
 
@@ -132,11 +142,10 @@ def _fold_shift(instant: datetime, tz: ZoneInfo) -> timedelta:
 
 def slots_after(expression: str, timezone: str, after: datetime) -> Iterator[datetime]:
     """Every slot instant strictly after ``after`` (aware), ascending, without duplicates."""
-    cronsim = _cronsim()
     tz = zone(timezone)
     after = after.astimezone(UTC)
     previous = after
-    for naive in cronsim.CronSim(expression, _local_naive(after, tz)):
+    for naive in _walk(expression, _local_naive(after, tz)):
         instant = local_to_instant(naive, tz)
         if instant > previous:
             previous = instant
@@ -145,7 +154,6 @@ def slots_after(expression: str, timezone: str, after: datetime) -> Iterator[dat
 
 def slots_before(expression: str, timezone: str, until: datetime) -> Iterator[datetime]:
     """Every slot instant at or before ``until`` (aware), descending, without duplicates."""
-    cronsim = _cronsim()
     tz = zone(timezone)
     until = until.astimezone(UTC)
     # In the second pass of a repeated hour, wall-clock times up to an hour ahead
@@ -153,7 +161,7 @@ def slots_before(expression: str, timezone: str, until: datetime) -> Iterator[da
     start = _local_naive(until, tz) + _fold_shift(until, tz)
     previous: datetime | None = None
     # cronsim's reverse walk is exclusive unless the start has microseconds.
-    for naive in cronsim.CronSim(expression, start + timedelta(microseconds=1), reverse=True):
+    for naive in _walk(expression, start + timedelta(microseconds=1), reverse=True):
         instant = local_to_instant(naive, tz)
         if instant > until:
             continue
