@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["QueueGate"]
 
+#: Longest a limited queue that gave nothing is left alone (less with a shorter poll).
+QUIET = 0.25
+
 
 class QueueGate:
     """What one worker may claim: its queues, minus paused and excluded ones, within limits."""
@@ -69,10 +72,14 @@ class QueueGate:
         self._paused_read_at: float | None = None
         self._rows_ready = False
         self._turn = 0
+        # A limited queue that gave nothing (full, or empty) is not asked again
+        # until then: its lock and count are not repeated on every claim.
+        self._quiet_until: dict[str, float] = {}
 
     def invalidate(self) -> None:
         """Read the pause flags again before the next claim (a notification arrived)."""
         self._paused_read_at = None
+        self._quiet_until.clear()
 
     def _current_pauses(self) -> set[str]:
         now = time.monotonic()
@@ -92,25 +99,46 @@ class QueueGate:
         limited = [name for name in self.limits if self.serves(name) and name not in blocked]
         if not blocked and not self.limits:
             return manager.claim(worker_id, lease, want, self.queues)
-        jobs: list[ClaimedJob] = []
+        # Limited queues first (their share is capped anyway), so a backlog in
+        # unlimited queues cannot starve them; then the rest of the batch.
+        jobs = self._claim_limited_queues(manager, worker_id, lease, want, limited)
+        if len(jobs) >= want:
+            return jobs
         if self.queues is not None:
             plain = [q for q in self.queues if q not in blocked and q not in self.limits]
             if plain:
-                jobs = manager.claim(worker_id, lease, want, plain)
+                jobs += manager.claim(worker_id, lease, want - len(jobs), plain)
         else:
-            jobs = manager.claim(
-                worker_id, lease, want, None, exclude=sorted(blocked | set(self.limits))
+            jobs += manager.claim(
+                worker_id, lease, want - len(jobs), None, exclude=sorted(blocked | set(self.limits))
             )
-        if limited and len(jobs) < want:
-            if not self._rows_ready:
-                ensure_rows(limited, self.using)
-                self._rows_ready = True
-            # Take turns over the limited queues, so one busy queue does not starve the rest.
-            self._turn = (self._turn + 1) % len(limited)
-            for name in limited[self._turn :] + limited[: self._turn]:
-                if len(jobs) >= want:
-                    break
-                jobs += self._claim_limited(manager, worker_id, lease, want - len(jobs), name)
+        return jobs
+
+    def _claim_limited_queues(
+        self,
+        manager: JobManager,
+        worker_id: str,
+        lease: float | timedelta,
+        want: int,
+        limited: list[str],
+    ) -> list[ClaimedJob]:
+        now = time.monotonic()
+        ready = [name for name in limited if self._quiet_until.get(name, 0.0) <= now]
+        if not ready:
+            return []
+        if not self._rows_ready:
+            ensure_rows(limited, self.using)
+            self._rows_ready = True
+        jobs: list[ClaimedJob] = []
+        # Take turns over the limited queues, so one busy queue does not starve the rest.
+        self._turn = (self._turn + 1) % len(ready)
+        for name in ready[self._turn :] + ready[: self._turn]:
+            if len(jobs) >= want:
+                break
+            got = self._claim_limited(manager, worker_id, lease, want - len(jobs), name)
+            if not got:
+                self._quiet_until[name] = time.monotonic() + min(self.refresh_seconds, QUIET)
+            jobs += got
         return jobs
 
     def _claim_limited(

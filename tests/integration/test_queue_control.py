@@ -72,13 +72,35 @@ def test_concurrency_limit_caps_the_claim_until_jobs_finish() -> None:
     gate = QueueGate("default", limits={"limited": QueueLimit(concurrency=3)})
     first = gate.claim(Job.objects, "w1", 60, 50)
     assert sorted(job.queue for job in first) == ["default"] * 2 + ["limited"] * 3
-    other_worker = QueueGate("default", limits={"limited": QueueLimit(concurrency=3)})
+    other_worker = QueueGate(
+        "default", limits={"limited": QueueLimit(concurrency=3)}, refresh_seconds=0
+    )
     assert other_worker.claim(Job.objects, "w2", 60, 50) == []
     done = next(job for job in first if job.queue == "limited")
     Job.objects.mark_succeeded(done.id, done.claim_token)
     again = other_worker.claim(Job.objects, "w2", 60, 50)
     assert [job.queue for job in again] == ["limited"]
     assert Job.objects.filter(queue="limited", status=JobStatus.RUNNING).count() == 3
+
+
+def test_limited_queue_is_claimed_before_a_backlog_of_unlimited_ones() -> None:
+    enqueue("default", 20)
+    enqueue("limited", 2)
+    gate = QueueGate("default", limits={"limited": QueueLimit(concurrency=5)})
+    assert claimed_queues(gate, want=5) == ["default"] * 3 + ["limited"] * 2
+
+
+def test_a_full_limited_queue_is_left_alone_briefly() -> None:
+    enqueue("limited", 2)
+    gate = QueueGate("default", limits={"limited": QueueLimit(concurrency=1)}, refresh_seconds=5)
+    assert claimed_queues(gate) == ["limited"]
+    assert claimed_queues(gate) == []  # full: quiet for a moment
+    Job.objects.filter(queue="limited", status=JobStatus.RUNNING).update(
+        status=JobStatus.CANCELLED, claim_token=None
+    )
+    assert claimed_queues(gate) == []  # still quiet
+    gate.invalidate()  # a notification (or the next refresh) ends it
+    assert claimed_queues(gate) == ["limited"]
 
 
 def test_rate_limit_caps_starts_per_period() -> None:
