@@ -10,7 +10,7 @@ import pytest
 from django_arcature.models import Job, JobStatus
 from tests.concurrency.conftest import WorkerProcess
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 
