@@ -213,3 +213,25 @@ def test_arcature_schedules_lists_next_fire_times() -> None:
     assert "nightly  [admin, enabled]  '30 2 * * *' Europe/Paris -> tests.noop" in text
     assert text.count("    next ") == 2
     assert "T02:30:00+0" in text or "T03:00:00+02:00" in text
+
+
+def test_periodic_on_a_django_tasks_task_fires_through_the_backend() -> None:
+    """``@periodic`` above a django.tasks ``@task``: the slot's row belongs to the backend."""
+    from django_arcature.testing import run_job
+    from tests.integration import backend_tasks
+
+    periodic("* * * * *", args=[2, 3], name="tests.tasks-add")(backend_tasks.add)
+    try:
+        assert sync_code_schedules("default") == (1, 0)
+        row = Schedule.objects.get(name="tests.tasks-add")
+        assert (row.task_name, row.backend) == (backend_tasks.add.module_path, "default")
+        Schedule.objects.filter(pk=row.pk).update(
+            created_at=database_now("default") - timedelta(minutes=2)
+        )
+        (fired,) = ScheduleRunner("default").tick()
+        job = Job.objects.get(pk=fired.job_id)
+        assert (job.backend, job.task_name) == ("default", backend_tasks.add.module_path)
+        done = run_job(job)
+        assert (done.status, done.result) == (JobStatus.SUCCEEDED, 5)
+    finally:
+        forget("tests.tasks-add")
