@@ -31,8 +31,19 @@ URLS = {
     "sqlite": "sqlite:///var/bench.sqlite3",
     "postgres": "postgres://arcature:arcature@127.0.0.1:5432/arcature_worker_bench",
     "mysql": "mysql://arcature:arcature@127.0.0.1:3306/arcature_worker_bench",
+    # Through PgBouncer in transaction pooling (scripts/start-databases.sh starts it):
+    # LISTEN does not deliver there, so the worker polls; "-listen" gives the LISTEN
+    # connection its own direct alias (ARCATURE["LISTEN_DATABASE"]).
+    "pgbouncer": "postgres://arcature:arcature@127.0.0.1:6432/arcature_worker_bench",
+    "pgbouncer-listen": "postgres://arcature:arcature@127.0.0.1:6432/arcature_worker_bench",
 }
-LABELS = {"sqlite": "SQLite (WAL file)", "postgres": "PostgreSQL 15", "mysql": "MariaDB 10.11"}
+LABELS = {
+    "sqlite": "SQLite (WAL file)",
+    "postgres": "PostgreSQL 15",
+    "mysql": "MariaDB 10.11",
+    "pgbouncer": "PostgreSQL 15 via PgBouncer (transaction pooling)",
+    "pgbouncer-listen": "PgBouncer + LISTEN on a direct connection",
+}
 
 
 # --- run in a child process, one per database -----------------------------------------------
@@ -69,6 +80,10 @@ def ensure_database(url: str) -> None:
 
 def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     os.environ["DATABASE_URL"] = URLS[db]
+    if db.startswith("pgbouncer"):
+        os.environ["ARCATURE_PGBOUNCER"] = "1"
+    if db == "pgbouncer-listen":
+        os.environ["ARCATURE_BENCH_LISTEN_URL"] = URLS["postgres"]
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     ensure_database(URLS[db])
     import django

@@ -14,9 +14,14 @@ TIME_ZONE = "UTC"
 DATABASES = {
     "default": parse(os.environ.get("DATABASE_URL", "sqlite:///var/bench.sqlite3"), BASE_DIR)
 }
+if os.environ.get("ARCATURE_PGBOUNCER") == "1":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+LISTEN_URL = os.environ.get("ARCATURE_BENCH_LISTEN_URL")
+if LISTEN_URL:
+    DATABASES["listen"] = parse(LISTEN_URL, BASE_DIR)
 INSTALLED_APPS = ["django.contrib.contenttypes", "django_arcature", "benchmarks.benchapp"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-ARCATURE: dict[str, object] = {}
+ARCATURE: dict[str, object] = {"LISTEN_DATABASE": "listen"} if LISTEN_URL else {}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .core.retry import MAX_DELAY_SECONDS, RetryPolicy
 
-#: Defaults for every key of ``settings.ARCATURE``; documented in README.md.
+#: Defaults for every key of ``settings.ARCATURE``; documented in docs/reference/settings.md
+#: (whose table a docs build checks against this dict).
 DEFAULTS: dict[str, Any] = {
     # How long a claim lives without a heartbeat before the sweep may take it back.
     "LEASE_SECONDS": 30,
@@ -48,6 +50,17 @@ DEFAULTS: dict[str, Any] = {
     # Wake idle PostgreSQL workers with LISTEN/NOTIFY (turn off behind PgBouncer
     # in transaction mode, where LISTEN does not work).
     "USE_LISTEN_NOTIFY": True,
+    # The DATABASES alias holding the job table (None: wherever Django's routers say,
+    # usually "default"). Needs django_arcature.routers.JobsRouter in DATABASE_ROUTERS.
+    "DATABASE": None,
+    # The DATABASES alias the LISTEN connection uses; None: the worker's own. Behind
+    # PgBouncer in transaction mode, name an alias that reaches PostgreSQL directly
+    # (or through a session-mode pool) so idle workers still wake at once.
+    "LISTEN_DATABASE": None,
+    # Where workers bind their same-host wake-up sockets (None: the system's temp
+    # folder). Enqueues on this host nudge idle workers through them after commit.
+    "WAKE_HINTS": True,
+    "WAKE_HINT_DIR": None,
     # Run jobs inline at enqueue time (for tests); still validated and recorded.
     "EAGER": False,
     # Fleet-wide limits per queue (django_arcature.queues.limits).
@@ -77,6 +90,10 @@ class ArcatureSettings:
     shutdown_timeout: float = DEFAULTS["SHUTDOWN_TIMEOUT"]
     default_queue: str = DEFAULTS["DEFAULT_QUEUE"]
     use_listen_notify: bool = DEFAULTS["USE_LISTEN_NOTIFY"]
+    database: str | None = DEFAULTS["DATABASE"]
+    listen_database: str | None = DEFAULTS["LISTEN_DATABASE"]
+    wake_hints: bool = DEFAULTS["WAKE_HINTS"]
+    wake_hint_dir: str | None = DEFAULTS["WAKE_HINT_DIR"]
     eager: bool = DEFAULTS["EAGER"]
     queues: Any = None
     retention: Any = None
@@ -136,6 +153,19 @@ _RULES: dict[str, tuple[Any, str]] = {
         "a queue name of 1 to 100 characters (e.g. 'default')",
     ),
     "USE_LISTEN_NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
+    "DATABASE": (
+        lambda v: v is None or (isinstance(v, str) and v in settings.DATABASES),
+        "None or the name of an entry of DATABASES (e.g. 'jobs')",
+    ),
+    "LISTEN_DATABASE": (
+        lambda v: v is None or (isinstance(v, str) and v in settings.DATABASES),
+        "None or the name of an entry of DATABASES (e.g. 'listen')",
+    ),
+    "WAKE_HINTS": (lambda v: isinstance(v, bool), "True or False"),
+    "WAKE_HINT_DIR": (
+        lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 80 and os.path.isabs(v)),
+        "None or an absolute folder path of at most 80 characters (Unix socket paths are short)",
+    ),
     "EAGER": (lambda v: isinstance(v, bool), "True or False"),
 }
 

@@ -38,11 +38,18 @@ def _job_model() -> type[Job]:
 
     Handles are created at import time of a project's ``jobs`` modules, before
     (and independently of) the model module; looking the model up when a job
-    is enqueued keeps the registry free of a dependency on the models.
+    is enqueued keeps the registry free of a dependency on the models. A
+    project that forgot the app gets the fix, not a LookupError about labels.
     """
     from django.apps import apps
 
-    model: type[Job] = apps.get_model("django_arcature", "Job")
+    try:
+        model: type[Job] = apps.get_model("django_arcature", "Job")
+    except LookupError:
+        raise ImproperlyConfigured(
+            "Jobs are stored in the django_arcature app's table: add 'django_arcature' to "
+            "INSTALLED_APPS, then run manage.py migrate to create the table."
+        ) from None
     return model
 
 

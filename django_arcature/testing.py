@@ -24,8 +24,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS
-
 from . import registry
 from .db import DatabaseNow
 from .models import Job, JobStatus
@@ -78,7 +76,7 @@ def drain(
     *,
     due_only: bool = False,
     limit: int = 1000,
-    using: str = DEFAULT_DB_ALIAS,
+    using: str | None = None,
 ) -> DrainSummary:
     """Run pending jobs (all queues, or ``queue``) until none are left; return a summary.
 
@@ -90,6 +88,7 @@ def drain(
     enqueue are drained as well; ``limit`` stops a job that re-enqueues itself
     forever.
     """
+    using = using or Job.objects.db
     runs = 0
     retried = 0
     seen: dict[Any, None] = {}

@@ -1,8 +1,12 @@
 """``make demo``: the example project end to end on a fresh SQLite file.
 
-Migrates, enqueues the mixed batch (``seed_demo``), runs a real worker process
-until nothing is due (``arcature_worker --burst``), and prints where every job
-ended. Set DATABASE_URL to run it against PostgreSQL or MySQL instead.
+The file is the example project's own default, ``var/example-project.sqlite3``
+(see ``demo_site/settings.py``), so the step-by-step commands in the docs, the
+admin and ``runserver`` afterwards all see the jobs this demo ran. It is deleted
+first, so the summary is this run's. Migrates, enqueues the mixed batch
+(``seed_demo``), runs a real worker process until nothing is due
+(``arcature_worker --burst``), and prints where every job ended. Set
+DATABASE_URL to run it against PostgreSQL or MySQL instead.
 """
 
 from __future__ import annotations
@@ -22,27 +26,33 @@ def run(*args: str) -> None:
 
 
 def main() -> None:
-    env_url = os.environ.get("DATABASE_URL")
-    if not env_url:
-        database = PROJECT.parent / "var" / "demo.sqlite3"
+    if not os.environ.get("DATABASE_URL"):
+        database = default_database()
         for leftover in database.parent.glob(database.name + "*"):
-            leftover.unlink()  # start from nothing, so the summary is this run's
-        os.environ["DATABASE_URL"] = f"sqlite:///{database}"
+            leftover.unlink()  # start from nothing (the -wal and -shm files too)
+        print(f"Using a fresh SQLite database: {os.path.relpath(database)}")
     run("migrate", "--verbosity", "0")
     run("seed_demo", "--slow-seconds", "1")
     run("arcature_worker", "--burst", "--concurrency", "4")
     run("demo_report")
     python = os.path.relpath(sys.executable)
     manage = os.path.relpath(PROJECT / "manage.py")
-    url = os.environ["DATABASE_URL"]
     print(
         "\nThe reminder is still pending: it is scheduled an hour ahead. The mail the jobs"
         " sent is in var/mail/. To browse the jobs in the admin:"
-        f"\n  DATABASE_URL={url} {python} {manage} createsuperuser"
-        f"\n  DATABASE_URL={url} {python} {manage} runserver"
+        f"\n  {python} {manage} createsuperuser"
+        f"\n  {python} {manage} runserver"
         "\nthen open http://127.0.0.1:8000/admin/ (the queue dashboard is at"
         " /admin/django_arcature/job/dashboard/)"
     )
+
+
+def default_database() -> Path:
+    """The SQLite file the example project's settings use when DATABASE_URL is unset."""
+    sys.path.insert(0, str(PROJECT))
+    from demo_site.settings import DEFAULT_SQLITE_PATH
+
+    return DEFAULT_SQLITE_PATH
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def _deselect_server_restarts(config: pytest.Config, items: list[pytest.Item]) -
         return
     drop = [item for item in items if item.get_closest_marker("restarts_server")]
     if drop:
-        key = "that restart the server: run with ARCATURE_RESTART_DATABASE=1 (make test does)"
+        key = "that restart the server: run with ARCATURE_RESTART_DATABASE=1 (make test: in CI)"
         _deselected_by_vendor[key] = len(drop)
         config.hook.pytest_deselected(items=drop)
         items[:] = [item for item in items if item not in drop]
@@ -102,11 +102,31 @@ def _deselect_heavy_suites(config: pytest.Config, items: list[pytest.Item]) -> N
         items[:] = [item for item in items if item not in drop]
 
 
+BEHIND_PGBOUNCER = os.environ.get("ARCATURE_PGBOUNCER") == "1"
+
+
+def _deselect_by_pooler(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``pgbouncer(True)`` tests run only behind PgBouncer (ARCATURE_PGBOUNCER=1),
+    ``pgbouncer(False)`` ones only on a direct connection; neither is skipped."""
+    drop = []
+    for item in items:
+        marker = item.get_closest_marker("pgbouncer")
+        if marker is not None and bool(marker.args[0]) != BEHIND_PGBOUNCER:
+            drop.append(item)
+            where = "behind PgBouncer" if marker.args[0] else "on a direct connection"
+            key = f"only {where}: {marker.kwargs.get('reason', '')}"
+            _deselected_by_vendor[key] = _deselected_by_vendor.get(key, 0) + 1
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _unreachable
     _deselect_other_vendors(config, items)
     _deselect_server_restarts(config, items)
     _deselect_heavy_suites(config, items)
+    _deselect_by_pooler(config, items)
     needs_db = [item for item in items if item.get_closest_marker("django_db")]
     if not needs_db:
         return

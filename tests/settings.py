@@ -17,6 +17,16 @@ TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 
 DATABASES = {"default": parse(database_url(), BASE_DIR)}
+# Behind PgBouncer in transaction pooling (ARCATURE_PGBOUNCER=1): no server-side
+# cursors, which live across transactions, as Django's documentation requires.
+# "direct" reaches the same database past the pooler, for the LISTEN connection.
+if os.environ.get("ARCATURE_PGBOUNCER") == "1":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["direct"] = {
+        **DATABASES["default"],
+        "PORT": os.environ.get("ARCATURE_PGBOUNCER_DIRECT_PORT", "5432"),
+        "TEST": {"MIRROR": "default"},
+    }
 # Worker subprocesses started by the tests talk to the test database directly.
 if os.environ.get("ARCATURE_USE_TEST_DATABASE") == "1":
     DATABASES["default"]["NAME"] = (

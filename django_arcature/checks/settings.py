@@ -21,10 +21,39 @@ def check_settings(
     return [
         checks.Error(
             problem,
-            hint="See the Settings section of django-arcature's README.",
+            hint="See the settings reference: docs/reference/settings.md.",
             id="arcature.E001",
         )
         for problem in validate(getattr(settings, "ARCATURE", None))
+    ]
+
+
+ROUTER = "django_arcature.routers.JobsRouter"
+
+
+@checks.register(checks.Tags.compatibility)
+def check_jobs_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E002: ``ARCATURE["DATABASE"]`` names an alias, but nothing routes the job table there."""
+    raw = getattr(settings, "ARCATURE", None)
+    alias = raw.get("DATABASE") if isinstance(raw, dict) else None
+    if not alias or alias == "default":
+        return []
+    routers = [
+        r if isinstance(r, str) else f"{type(r).__module__}.{type(r).__name__}"
+        for r in getattr(settings, "DATABASE_ROUTERS", [])
+    ]
+    if ROUTER in routers:
+        return []
+    return [
+        checks.Error(
+            f"ARCATURE['DATABASE'] = {alias!r}, but {ROUTER!r} is not in DATABASE_ROUTERS, "
+            "so the job table would still be read and written on 'default'.",
+            hint=f"Add {ROUTER!r} to DATABASE_ROUTERS, then run "
+            f"`python manage.py migrate --database {alias}`.",
+            id="arcature.E002",
+        )
     ]
 
 
@@ -35,7 +64,11 @@ def check_settings(
 def check_databases(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """The job table's database must be one we support, in a mode that is safe for workers."""
+    """The job table's database must be one workers can use at all (W001, E002).
+
+    Whether SQLite's transaction mode suits several writers (W002) is a deployment
+    question, asked by ``checks.writers`` where it matters.
+    """
     return database_messages(settings.DATABASES, sqlite3.sqlite_version_info)
 
 
@@ -65,18 +98,6 @@ def database_messages(
                     "needs UPDATE … RETURNING (SQLite 3.35 or newer).",
                     hint="Use a Python built against a newer SQLite.",
                     id="arcature.E002",
-                )
-            )
-        options = config.get("OPTIONS", {}) or {}
-        if options.get("transaction_mode") != "IMMEDIATE":
-            messages.append(
-                checks.Warning(
-                    f"DATABASES[{alias!r}] uses SQLite's default DEFERRED transactions: "
-                    "with several worker processes, writes inside transaction.atomic() "
-                    "can fail with 'database is locked'.",
-                    hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = "
-                    "'IMMEDIATE' (and a 'timeout' of 20 or more).",
-                    id="arcature.W002",
                 )
             )
     return messages

@@ -14,6 +14,7 @@ from django_arcature.conf import get_settings
 from django_arcature.db import driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
+from django_arcature.hints import send_hints
 
 from .base import JobWriter
 
@@ -158,16 +159,21 @@ class EnqueueWrites(JobWriter):
         return [ran.get(job.pk, job) for job, _ in results]
 
     def _announce_enqueued(self, jobs: Sequence[Job]) -> None:
-        """Send ``job_enqueued`` once the insert is committed (at once outside a transaction).
+        """Once the insert is committed (at once outside a transaction), nudge this
+        host's idle workers and send ``job_enqueued``.
 
         An enqueue rolled back with the caller's transaction never happened, so
-        observers are not told about it.
+        neither workers nor observers are told about it.
         """
         if not jobs:
             return
         model = self.model
+        using = self.db
+        hints = get_settings().wake_hints
 
         def send() -> None:
+            if hints:
+                send_hints(using)
             for job in jobs:
                 signals.job_enqueued.send(sender=model, job=job)
 

@@ -353,7 +353,7 @@ class ArcatureBackend(BaseTaskBackend):
             )
             messages.extend(self._database_warnings())
         messages.extend(
-            checks.Error(problem, hint="See docs/django-tasks.md.", id="arcature.E102")
+            checks.Error(problem, hint="See docs/reference/django-tasks.md.", id="arcature.E102")
             for problem in self.option_problems
         )
         return messages

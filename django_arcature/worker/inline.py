@@ -14,8 +14,6 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django.db import DEFAULT_DB_ALIAS
-
 from django_arcature.conf import get_settings
 
 from . import dispatch
@@ -52,9 +50,9 @@ def run_job(
     from django_arcature.models import Job
 
     if isinstance(job, Job):
-        job_id, using = job.pk, job._state.db or DEFAULT_DB_ALIAS
+        job_id, using = job.pk, job._state.db or Job.objects.db
     else:
-        job_id, using = uuid.UUID(str(job)), DEFAULT_DB_ALIAS
+        job_id, using = uuid.UUID(str(job)), Job.objects.db
     manager = Job.objects.db_manager(using)
     worker = worker_id or inline_worker_id()
     claimed = manager.claim_job(job_id, worker, get_settings().lease_seconds)

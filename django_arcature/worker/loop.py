@@ -38,6 +38,7 @@ from django_arcature.context import JobContext
 from django_arcature.core.decide import Panic
 from django_arcature.db import ClaimedJob
 from django_arcature.duties import Duties
+from django_arcature.hints import HintReceiver
 from django_arcature.queues.gate import QueueGate
 from django_arcature.recycling import Drain, Recycler, pending_left
 from django_arcature.transitions import ClaimTransition, Completion
@@ -134,7 +135,7 @@ class Worker:
         max_jobs: int | None = None,
         worker_id: str | None = None,
         shutdown_timeout: float | None = None,
-        using: str = DEFAULT_DB_ALIAS,
+        using: str | None = None,
         install_signal_handlers: bool = True,
         listen: bool | None = None,
         exclude_queues: Sequence[str] = (),
@@ -157,7 +158,7 @@ class Worker:
         self.shutdown_timeout = (
             conf.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
-        self.using = using
+        self.using = using or conf.database or DEFAULT_DB_ALIAS
         self.install_signal_handlers = install_signal_handlers
         self.listen = conf.use_listen_notify if listen is None else listen
         if self.concurrency < 1 or self.batch < 1 or self.lease < 1 or self.poll_interval <= 0:
@@ -190,6 +191,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._listener: Listener | None = None
+        self._hints: HintReceiver | None = None
         self._fault = _Fault()
         self._stop_requested = 0
         self._stopping_since: float | None = None
@@ -640,6 +642,10 @@ class Worker:
         if self.listen and Listener.supported(self.using):
             self._listener = Listener(self.using, lambda: self._events.put("notify"))
             self._listener.start()
+        if self.conf.wake_hints:
+            self._hints = HintReceiver(self.using, lambda: self._events.put("notify"))
+            if not self._hints.start():
+                self._hints = None
 
     def _shutdown_threads(self) -> None:
         for _ in self._threads:
@@ -649,6 +655,8 @@ class Worker:
             thread.join(max(deadline - time.monotonic(), 0))
         if self._listener is not None:
             self._listener.close()
+        if self._hints is not None:
+            self._hints.close()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             if self._loop_thread is not None:

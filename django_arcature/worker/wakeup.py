@@ -6,20 +6,35 @@ listener thread holds its own autocommit connection (never one of Django's:
 a connection that LISTENs must stay open and idle outside any transaction)
 and turns each notification into a call of ``wake``. When LISTEN cannot be
 used the worker simply polls, so a broken listener costs latency, never jobs.
+
+LISTEN can also succeed and then never deliver: behind a transaction-mode
+pooler (PgBouncer) the LISTEN lands on a server connection that is handed to
+other clients as soon as the statement ends. So after its first LISTEN the
+listener sends itself a probe NOTIFY over a second connection, made the way
+the worker's enqueues connect; if the probe does not arrive, it says so once
+and leaves the worker to its adaptive polling. ``ARCATURE["LISTEN_DATABASE"]``
+names a separate alias (PostgreSQL directly, or a session-mode pool) for the
+LISTEN connection alone.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.db import connections
 
+from django_arcature.conf import get_settings
+
 logger = logging.getLogger(__name__)
 
 CHANNEL = "arcature_jobs"
+#: How long the listener waits for its own probe before concluding LISTEN does not deliver.
+PROBE_SECONDS = 2.0
 
 
 class Listener:
@@ -27,14 +42,20 @@ class Listener:
 
     def __init__(self, using: str, wake: Callable[[], None]) -> None:
         self.using = using
+        self.listen_using = listen_alias(using)
         self.wake = wake
+        #: None until probed; False once LISTEN was found not to deliver here.
+        self.delivers: bool | None = None
         self._closed = threading.Event()
         self._listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name="arcature-listen", daemon=True)
 
     @staticmethod
     def supported(using: str) -> bool:
-        return connections[using].vendor == "postgresql"
+        return (
+            connections[using].vendor == "postgresql"
+            and connections[listen_alias(using)].vendor == "postgresql"
+        )
 
     @property
     def listening(self) -> bool:
@@ -48,13 +69,21 @@ class Listener:
         self._closed.set()
 
     def _connect(self) -> Any:
-        import psycopg
-
-        params = connections[self.using].get_connection_params()
-        params.pop("cursor_factory", None)
-        conn = psycopg.connect(**params, autocommit=True)
+        conn = _autocommit_connection(self.listen_using)
         conn.execute(f"LISTEN {CHANNEL}")
         return conn
+
+    def _probe(self, conn: Any) -> bool:
+        """Whether a NOTIFY sent the way enqueues send theirs reaches this LISTEN."""
+        token = f"probe:{uuid.uuid4().hex}"
+        with _autocommit_connection(self.using) as sender:
+            sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, token))
+        deadline = time.monotonic() + PROBE_SECONDS
+        while (left := deadline - time.monotonic()) > 0:
+            for notify in conn.notifies(timeout=left):
+                if notify.payload == token:
+                    return True
+        return False
 
     def _run(self) -> None:
         pause = 0.1
@@ -62,6 +91,18 @@ class Listener:
             conn = None
             try:
                 conn = self._connect()
+                if self.delivers is None:
+                    self.delivers = self._probe(conn)
+                    if not self.delivers:
+                        logger.info(
+                            "LISTEN %s on database %r does not receive notifications (a "
+                            "transaction-mode pooler such as PgBouncer?); polling instead. Set "
+                            "ARCATURE['LISTEN_DATABASE'] to an alias that reaches PostgreSQL "
+                            "directly to wake at once.",
+                            CHANNEL,
+                            self.listen_using,
+                        )
+                        return
                 self._listening.set()
                 pause = 0.1
                 # Anything enqueued while we were not listening was missed: look now.
@@ -88,3 +129,17 @@ class Listener:
                         conn.close()
                     except Exception:  # closing a dead connection may fail too
                         logger.debug("closing the LISTEN connection failed", exc_info=True)
+
+
+def listen_alias(using: str) -> str:
+    """The alias the LISTEN connection uses: ``ARCATURE["LISTEN_DATABASE"]``, else ``using``."""
+    return get_settings().listen_database or using
+
+
+def _autocommit_connection(using: str) -> Any:
+    """A psycopg connection of our own (never one of Django's), in autocommit."""
+    import psycopg
+
+    params = connections[using].get_connection_params()
+    params.pop("cursor_factory", None)
+    return psycopg.connect(**params, autocommit=True)

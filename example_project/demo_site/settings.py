@@ -25,10 +25,15 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 
 
+#: The one SQLite file of the example project: ``make demo`` (demo.py) resets and
+#: fills it, and the docs' manual steps, ``runserver`` and the admin read it.
+DEFAULT_SQLITE_PATH = REPO_DIR / "var" / "example-project.sqlite3"
+
+
 def database_from_url(url: str | None) -> dict[str, Any]:
     """A DATABASES entry from ``DATABASE_URL``, or the SQLite file default."""
     if not url:
-        url = f"sqlite:///{REPO_DIR / 'var' / 'example-project.sqlite3'}"
+        url = f"sqlite:///{DEFAULT_SQLITE_PATH}"
     parts = urlsplit(url)
     scheme = parts.scheme.split("+")[0]
     if scheme == "sqlite":
@@ -128,7 +133,7 @@ ARCATURE = {
 }
 
 # Django's own tasks framework (django.tasks; the django-tasks backport on 5.2)
-# runs on the same job table and workers: see tasks_demo/ and docs/django-tasks.md.
+# runs on the same job table and workers: see tasks_demo/ and docs/howto/django-tasks.md.
 TASKS = {
     "default": {
         "BACKEND": "django_arcature.backend.ArcatureBackend",

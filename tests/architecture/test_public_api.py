@@ -144,7 +144,13 @@ def test_settings_keys() -> None:
 
 def test_management_commands() -> None:
     commands = get_commands()
-    for name in ("arcature_worker", "arcature_status"):
+    for name in (
+        "arcature_worker",
+        "arcature_status",
+        "arcature_schedules",
+        "arcature_prune",
+        "arcature_queue",
+    ):
         assert commands.get(name) == "django_arcature", name
 
 

@@ -3,7 +3,7 @@
 Log in, open the dead-letter page, select jobs, requeue them and find them
 pending; open the dashboard and check the chart is drawn, in light and dark
 themes. Screenshots go to a temporary directory, or to ``docs/screenshots/``
-with ``ARCATURE_SAVE_SCREENSHOTS=1`` (how the README's pictures are made).
+with ``ARCATURE_SAVE_SCREENSHOTS=1`` (how the pictures in the README and docs/ are made).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_arcature.checks.settings import database_messages
+from django_arcature.checks.writers import writer_messages
 
 
 def arcature_messages(**kwargs: object) -> list[checks.CheckMessage]:
@@ -47,7 +48,7 @@ def test_bad_setting_fails_check_with_what_to_change(arcature: object, says: str
         assert message.id == "arcature.E001"
         assert message.level == checks.ERROR
         assert says in message.msg
-        assert "README" in str(message.hint)
+        assert "docs/reference/settings.md" in str(message.hint)
         with pytest.raises(SystemCheckError, match=r"arcature\.E001") as failed:
             call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
         assert says in str(failed.value)
@@ -90,11 +91,26 @@ def test_sqlite_in_memory_is_a_warning() -> None:
         assert "worker processes cannot see its jobs" in messages[0].msg
 
 
-def test_sqlite_deferred_transactions_are_a_warning_with_the_option_to_set() -> None:
+def test_sqlite_deferred_transactions_are_a_deployment_warning_that_says_when_it_matters() -> None:
     config = {**FILE_IMMEDIATE, "OPTIONS": {}}
-    (message,) = database_messages({"jobs": config}, MODERN)
+    assert database_messages({"jobs": config}, MODERN) == []  # not on every command
+    (message,) = writer_messages({"jobs": config})
     assert message.id == "arcature.W002"
-    assert "DATABASES['jobs']['OPTIONS']['transaction_mode'] = 'IMMEDIATE'" in str(message.hint)
+    assert "once two processes write at the same time" in message.msg
+    assert "One process alone is not affected" in message.msg
+    assert "DATABASES['jobs']['OPTIONS'] = {'transaction_mode': 'IMMEDIATE'" in str(message.hint)
+    assert writer_messages({"jobs": FILE_IMMEDIATE}) == []
+    server = {"ENGINE": "django.db.backends.postgresql", "NAME": "app"}
+    assert writer_messages({"default": server}) == []
+
+
+def test_the_writers_check_runs_with_check_deploy_only() -> None:
+    from django_arcature.checks.writers import check_sqlite_writers
+
+    assert check_sqlite_writers in checks.registry.registry.get_checks(
+        include_deployment_checks=True
+    )
+    assert check_sqlite_writers not in checks.registry.registry.get_checks()
 
 
 def test_old_sqlite_is_an_error() -> None:

@@ -79,7 +79,8 @@ def demo(example_url: str) -> dict[str, Any]:
     seed = manage(example_url, "seed_demo", "--slow-seconds", "0.5", "--superuser", "admin")
     worker = manage(example_url, "arcature_worker", "--burst", "--concurrency", "4")
     report = json.loads(manage(example_url, "demo_report", "--json").stdout)
-    return {"check": check, "seed": seed, "worker": worker, "jobs": report}
+    table = manage(example_url, "demo_report").stdout
+    return {"check": check, "seed": seed, "worker": worker, "jobs": report, "table": table}
 
 
 def _jobs(demo: dict[str, Any], task: str) -> list[dict[str, Any]]:
@@ -189,3 +190,16 @@ def test_the_reminder_was_scheduled_an_hour_ahead(demo: dict[str, Any]) -> None:
     text = line.split("delayed until ")[1].removesuffix(" UTC")
     scheduled = datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     assert scheduled > datetime.now(UTC) + timedelta(minutes=50)
+
+
+def test_the_text_report_shortens_between_words(demo: dict[str, Any]) -> None:
+    """A long error is cut at a space and marked, never in the middle of a word."""
+    rows = [line for line in demo["table"].splitlines() if line.startswith("newsletter.")]
+    assert len(rows) == len(demo["jobs"])
+    [malformed] = [row for row in rows if "malformed:" in row]
+    assert malformed.endswith(" …")
+    full = next(j["last_error"] for j in demo["jobs"] if j["error_kind"] == "malformed")
+    shown = malformed.split("malformed: ", 1)[1].removesuffix(" …")
+    assert full.startswith(shown)
+    # The message goes on with a space or punctuation: the cut is not inside a word.
+    assert not full[len(shown)].isalnum(), (shown, full)

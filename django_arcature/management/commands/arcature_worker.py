@@ -7,9 +7,11 @@ import logging
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.durations import parse_duration
 from django_arcature.worker import Worker
@@ -170,12 +172,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--database",
-            default="default",
-            help='The database alias holding the job table. Default: "default".',
+            default=None,
+            help='The database alias holding the job table. Default: ARCATURE["DATABASE"], '
+            'else "default".',
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
+        self._warn_about_sqlite_writers(options["database"])
         try:
             worker = Worker(
                 queues=options["queues"],
@@ -201,6 +205,16 @@ class Command(BaseCommand):
         status = worker.run()
         if status:
             raise SystemExit(status)
+
+    def _warn_about_sqlite_writers(self, alias: str) -> None:
+        """arcature.W002 here, not on every command: a running worker is the second writer."""
+        database = settings.DATABASES.get(alias)
+        if database is None:
+            return  # the Worker refuses an unknown alias with its own message
+        for message in writer_messages({alias: database}):
+            self.stderr.write(
+                self.style.WARNING(f"({message.id}) {message.msg}\n\tHINT: {message.hint}")
+            )
 
     def _configure_logging(self, verbosity: int) -> None:
         """Show progress unless the project already routes django_arcature's logs."""

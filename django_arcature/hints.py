@@ -1,0 +1,122 @@
+"""Same-host wake-up hints: an enqueue's commit nudges the idle workers on this machine.
+
+Where LISTEN/NOTIFY is not available (MariaDB, SQLite, PostgreSQL behind a
+transaction pooler), an idle worker would notice a new job only at its next
+poll. So each worker binds a Unix datagram socket in a directory named after
+the database it serves, and an enqueue, once its transaction has committed,
+sends one byte to every socket there: a wake-up costs the database nothing.
+
+A hint is only a hint. One that is lost (a full socket buffer, a worker on
+another host, a process that died without cleaning up) costs latency, never a
+job: the worker's polling remains the safety net, and sending never raises
+into the enqueue that triggered it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from django.db import connections
+
+from django_arcature.conf import get_settings
+
+logger = logging.getLogger(__name__)
+
+_SUFFIX = ".sock"
+
+
+def hint_directory(using: str) -> Path:
+    """The folder shared by the processes of this host that use this database.
+
+    Named by a digest of the database's identity (vendor, host, port, name), so
+    two projects, or a test database and a real one, never nudge each other.
+    """
+    settings_dict = connections[using].settings_dict
+    identity = "|".join(
+        str(settings_dict.get(key) or "") for key in ("ENGINE", "HOST", "PORT", "NAME")
+    )
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
+    base = get_settings().wake_hint_dir or os.path.join(tempfile.gettempdir(), "arcature-wake")
+    return Path(base) / digest
+
+
+def send_hints(using: str) -> int:
+    """Nudge every worker listening for this database on this host; return how many.
+
+    Sockets whose worker is gone (refused, or missing) are removed so the next
+    enqueue does not try them again.
+    """
+    try:
+        entries = list(os.scandir(hint_directory(using)))
+    except OSError:  # no worker has ever listened here: nothing to do
+        return 0
+    sent = 0
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        sender.setblocking(False)
+        for entry in entries:
+            if not entry.name.endswith(_SUFFIX):
+                continue
+            try:
+                sender.sendto(b"!", entry.path)
+                sent += 1
+            except BlockingIOError:  # its buffer is full: it has been nudged already
+                sent += 1
+            except (ConnectionRefusedError, FileNotFoundError):
+                _remove(entry.path)
+            except OSError as exc:
+                logger.debug("wake-up hint to %s failed: %s", entry.path, exc)
+    return sent
+
+
+class HintReceiver:
+    """A worker's socket in the hint folder and the daemon thread that reads it."""
+
+    def __init__(self, using: str, wake: Callable[[], None]) -> None:
+        self.directory = hint_directory(using)
+        self.wake = wake
+        self.path = self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{_SUFFIX}"
+        self._socket: socket.socket | None = None
+        self._thread = threading.Thread(target=self._run, name="arcature-hints", daemon=True)
+
+    def start(self) -> bool:
+        """Bind and start reading; False (and polling alone) if the folder is unusable."""
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            receiver.bind(str(self.path))
+        except OSError as exc:
+            logger.info("same-host wake-up hints are off (%s); polling only", exc)
+            return False
+        self._socket = receiver
+        self._thread.start()
+        return True
+
+    def close(self) -> None:
+        receiver, self._socket = self._socket, None
+        if receiver is not None:
+            _remove(str(self.path))
+            receiver.close()
+
+    def _run(self) -> None:
+        receiver = self._socket
+        while receiver is not None and self._socket is not None:
+            try:
+                receiver.recv(64)
+            except OSError:  # closed by close(): the worker is stopping
+                return
+            self.wake()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        logger.debug("could not remove stale hint socket %s", path, exc_info=True)

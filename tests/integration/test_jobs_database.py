@@ -1,0 +1,174 @@
+"""The job table on a database of its own, tried the way a user sets it up.
+
+Two fresh databases on the server under test (two files on SQLite): the app's
+and the jobs'. ``migrate`` puts the job table only on the jobs database,
+enqueue and the worker use it without being told, and leaving the router out
+is refused by the system check before anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from django.db import connection
+
+from tests.dburl import DEFAULT_URLS
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
+
+
+def _server_url(kind: str, name: str) -> str:
+    return DEFAULT_URLS[kind].rsplit("/", 1)[0] + "/" + name
+
+
+def _create(url: str) -> None:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if parts.scheme.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(
+            host=parts.hostname,
+            port=parts.port,
+            user=parts.username,
+            password=parts.password,
+            dbname="postgres",
+            autocommit=True,
+        ) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+    else:
+        import MySQLdb
+
+        conn = MySQLdb.connect(
+            host=parts.hostname, port=parts.port, user=parts.username, password=parts.password
+        )
+        cursor = conn.cursor()
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        conn.close()
+
+
+def _drop(url: str) -> None:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if parts.scheme.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(
+            host=parts.hostname,
+            port=parts.port,
+            user=parts.username,
+            password=parts.password,
+            dbname="postgres",
+            autocommit=True,
+        ) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    else:
+        import MySQLdb
+
+        conn = MySQLdb.connect(
+            host=parts.hostname, port=parts.port, user=parts.username, password=parts.password
+        )
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        conn.close()
+
+
+@pytest.fixture
+def urls(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Two empty databases of the vendor under test."""
+    vendor = connection.vendor
+    if vendor == "sqlite":
+        yield {
+            "ARCATURE_APP_DB_URL": f"sqlite:///{tmp_path}/app.sqlite3",
+            "ARCATURE_JOBS_DB_URL": f"sqlite:///{tmp_path}/jobs.sqlite3",
+        }
+        return
+    kind = "postgres" if vendor == "postgresql" else "mysql"
+    suffix = uuid.uuid4().hex[:8]
+    made = {
+        "ARCATURE_APP_DB_URL": _server_url(kind, f"arcature_sep_app_{suffix}"),
+        "ARCATURE_JOBS_DB_URL": _server_url(kind, f"arcature_sep_jobs_{suffix}"),
+    }
+    for url in made.values():
+        _create(url)
+    try:
+        yield made
+    finally:
+        for url in made.values():
+            _drop(url)
+
+
+def manage(urls: dict[str, str], *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        cwd=REPO,
+        env={
+            **os.environ,
+            **urls,
+            **env,
+            "DJANGO_SETTINGS_MODULE": "tests.settings_jobs_db",
+            "PYTHONPATH": str(REPO),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def shell(urls: dict[str, str], code: str) -> str:
+    done = manage(urls, "shell", "-c", code)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]  # Django 5.2+ may print an imports banner first
+
+
+TABLES = (
+    "from django.db import connections; "
+    "print(sorted(t for t in connections[{alias!r}].introspection.table_names() "
+    "if t.startswith('django_arcature')))"
+)
+
+
+def test_jobs_live_on_their_own_database(urls: dict[str, str]) -> None:
+    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
+        done = manage(urls, *args)
+        assert done.returncode == 0, done.stderr
+    assert shell(urls, TABLES.format(alias="default")) == "[]"
+    assert "django_arcature_job" in shell(urls, TABLES.format(alias="jobs"))
+
+    job_id = shell(
+        urls,
+        "from django_arcature.models import Job; "
+        "print(Job.objects.enqueue('tests.add', args=[2, 3]).pk)",
+    )
+    worker = manage(urls, "arcature_worker", "--burst")
+    assert worker.returncode == 0, worker.stderr
+    assert "1 succeeded" in worker.stderr, worker.stderr
+    row = shell(
+        urls,
+        "from django.db import connections; c = connections['jobs'].cursor(); "
+        "c.execute('SELECT status FROM django_arcature_job'); print(c.fetchall())",
+    )
+    assert "succeeded" in row
+    status = shell(
+        urls,
+        f"from django_arcature.models import Job; print(Job.objects.get(pk='{job_id}').status)",
+    )
+    assert status == "succeeded"
+
+
+def test_a_jobs_database_without_the_router_is_refused(urls: dict[str, str]) -> None:
+    done = manage(urls, "check", ARCATURE_NO_ROUTER="1")
+    assert done.returncode != 0
+    assert "arcature.E002" in done.stderr
+    assert "django_arcature.routers.JobsRouter" in done.stderr
