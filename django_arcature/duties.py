@@ -65,12 +65,12 @@ class Duties:
                         exc,
                         pause,
                     )
-                    connections[self.using].close()
+                    _close(self.using)
                     wait = pause
                     pause = min(pause * 2, MAX_FAULT_PAUSE)
                 self._stop.wait(wait)
         finally:
-            connections[self.using].close()
+            _close(self.using)
 
     def run_due(self) -> float:
         """Do whatever is due now; returns the seconds until something is due again."""
@@ -108,3 +108,11 @@ class Duties:
             return BACKLOG_PAUSE
         interval = self.retention.interval.total_seconds()
         return interval * random.uniform(0.9, 1.1)  # workers drift apart instead of in step
+
+
+def _close(using: str) -> None:
+    """Close this thread's connection; a broken one may fail to close, which is fine."""
+    try:
+        connections[using].close()
+    except Exception:
+        logger.debug("closing the duties connection failed", exc_info=True)

@@ -169,12 +169,12 @@ class Worker:
         # Queue control, periodic duties and recycling live in their own modules.
         self.exclude_queues = list(exclude_queues)
         self._gate = QueueGate(
-            using,
+            self.using,
             queues=self.queues,
             exclude=self.exclude_queues,
             refresh_seconds=self.poll_interval,
         )
-        self._duties = Duties(using) if duties else None
+        self._duties = Duties(self.using) if duties else None
         self._recycler = Recycler(max_memory_mb=max_memory_mb, max_runtime=max_runtime)
         self._drain = Drain(drain_timeout) if drain else None
         self.exit_status = 0

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
+from django_arcature.conf import get_settings
 from django_arcature.durations import parse_duration
 from django_arcature.retention.prune import count_prunable, prune
 from django_arcature.retention.rules import FINISHED, PruneRule, read_retention
@@ -35,7 +36,11 @@ class Command(BaseCommand):
             "--queue", action="append", help="Only this queue (repeatable; default: all)."
         )
         parser.add_argument("--batch-size", type=int, default=1000)
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS)
+        parser.add_argument(
+            "--database",
+            help="The database alias holding the job table. Default: ARCATURE['DATABASE'], "
+            'else "default".',
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         statuses = options["status"] or list(FINISHED)
@@ -60,7 +65,7 @@ class Command(BaseCommand):
                     "nothing to prune: ARCATURE['RETENTION'] sets no age for these statuses; "
                     "pass --older-than"
                 )
-        using = options["database"]
+        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
         total = 0
         if options["dry_run"]:
             for rule in rules:

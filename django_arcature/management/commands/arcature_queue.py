@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, Q
 
+from django_arcature.conf import get_settings
 from django_arcature.queues.control import pause, resume
 from django_arcature.queues.limits import read_limits
 
@@ -18,10 +19,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["pause", "resume", "list"])
         parser.add_argument("name", nargs="?", help="The queue (required for pause and resume).")
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS)
+        parser.add_argument(
+            "--database",
+            help="The database alias holding the job table. Default: ARCATURE['DATABASE'], "
+            'else "default".',
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = options["database"]
+        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
         action, name = options["action"], options["name"]
         if action == "list":
             self._list(using, name)

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature import registry
+from django_arcature.conf import get_settings
 from django_arcature.schedules.clock import database_now
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
 
@@ -23,13 +24,17 @@ class Command(BaseCommand):
             help="Write this code's @periodic schedules to the database first (workers do it "
             "when they start).",
         )
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS)
+        parser.add_argument(
+            "--database",
+            help="The database alias holding the job table. Default: ARCATURE['DATABASE'], "
+            'else "default".',
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_arcature.schedules.models import Schedule
         from django_arcature.schedules.sync import sync_code_schedules
 
-        using = options["database"]
+        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
         registry.autodiscover()
         if options["sync"]:
             created, updated = sync_code_schedules(using)

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
@@ -179,7 +180,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
-        self._warn_about_sqlite_writers(options["database"])
+        self._warn_about_sqlite_writers(
+            options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        )
         try:
             worker = Worker(
                 queues=options["queues"],
