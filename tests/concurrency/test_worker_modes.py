@@ -75,3 +75,21 @@ def test_max_memory_ends_the_worker_cleanly(start_worker: StartWorker) -> None:
     worker = start_worker("--max-memory", "1")  # any Python process is bigger
     assert worker.wait(30) == 0, worker.log
     assert "recycling: it uses" in worker.log
+
+
+@pytest.mark.only_on("postgresql", reason="pause and resume are announced on the LISTEN channel")
+def test_resume_reaches_an_idle_worker_at_once_on_postgresql(start_worker: StartWorker) -> None:
+    from django_arcature.queues.control import pause, resume
+    from tests.concurrency.conftest import wait_until
+
+    pause("p")
+    # A long poll interval: only the notification can make this worker look again soon.
+    worker = start_worker("--poll-interval", "30")
+    wait_until(lambda: "started" in worker.log, what="the worker to start")
+    job = Job.objects.enqueue("tests.noop", queue="p")
+    time.sleep(1.0)
+    assert status(job) == JobStatus.PENDING  # woken by the enqueue, but the queue is paused
+    resumed = time.monotonic()
+    assert resume("p")
+    wait_until(lambda: status(job) == JobStatus.SUCCEEDED, timeout=10, what="the resumed job")
+    assert time.monotonic() - resumed < 5  # not the 30 s poll
