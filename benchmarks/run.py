@@ -16,12 +16,9 @@ import argparse
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -97,15 +94,29 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
 
 
 class Bench:
+    """The measurements of ``django_arcature.bench.measure`` on a dedicated database.
+
+    Between runs the whole table is truncated (it holds only the benchmark's
+    rows), so each run starts from the same state with no dead rows behind.
+    """
+
     def __init__(self, db: str, options: argparse.Namespace) -> None:
+        from django_arcature.bench.measure import Bench as Measure
         from django_arcature.models import Job
 
         self.db = db
         self.options = options
         self.Job = Job
-        self.workers: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.measure = Measure(
+            task="bench.noop",
+            queue="default",
+            worker_command=[sys.executable, "-m", "django", "arcature_worker"],
+            env={"PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+        )
+        self.measure.clear = self.clear  # type: ignore[method-assign]
 
-    def clear(self) -> None:
+    def clear(self) -> int:
         from django.db import connection
 
         table = self.Job._meta.db_table
@@ -113,133 +124,31 @@ class Bench:
         verb = "DELETE FROM" if connection.vendor == "sqlite" else "TRUNCATE TABLE"
         with connection.cursor() as cursor:
             cursor.execute(f"{verb} {connection.ops.quote_name(table)}")
+        return 0
 
     def run(self) -> dict[str, Any]:
         results: dict[str, Any] = {"db": self.db}
-        repeat = self.options.repeat
-        results["enqueue_single"] = statistics.median(self.enqueue_single() for _ in range(repeat))
-        results["enqueue_bulk"] = statistics.median(self.enqueue_bulk() for _ in range(repeat))
-        results["drain_1"] = statistics.median(self.drain(1) for _ in range(repeat))
-        results["drain_2"] = statistics.median(self.drain(2) for _ in range(repeat))
-        results.update(self.pickup())
+        repeat, measure, jobs = self.options.repeat, self.measure, self.options.jobs
+        results["enqueue_single"] = statistics.median(
+            measure.enqueue_single(self.options.single) for _ in range(repeat)
+        )
+        results["enqueue_bulk"] = statistics.median(
+            measure.enqueue_bulk(jobs) for _ in range(repeat)
+        )
+        results["drain_1"] = statistics.median(measure.drain(jobs, 1) for _ in range(repeat))
+        results["drain_2"] = statistics.median(measure.drain(jobs, 2) for _ in range(repeat))
+        results.update(measure.pickup(self.options.samples))
         results.update(self.memory())
         self.clear()
         return results
-
-    # -- enqueue ------------------------------------------------------------------------
-
-    def enqueue_single(self) -> float:
-        from benchmarks.benchapp.jobs import noop
-
-        self.clear()
-        count: int = self.options.single
-        started = time.perf_counter()
-        for _ in range(count):
-            noop.enqueue()
-        return count / (time.perf_counter() - started)
-
-    def enqueue_bulk(self) -> float:
-        from benchmarks.benchapp.jobs import noop
-
-        self.clear()
-        count: int = self.options.jobs
-        started = time.perf_counter()
-        noop.enqueue_many([[]] * count)
-        return count / (time.perf_counter() - started)
-
-    # -- workers ------------------------------------------------------------------------
-
-    def start_workers(self, count: int, *extra: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        for _ in range(count):
-            log = Path(tempfile.mkstemp(prefix="bench-worker-", suffix=".log")[1])
-            with open(log, "w") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "django", "arcature_worker", "-v", "1", *extra],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            self.workers.append((proc, log))
-        deadline = time.monotonic() + 30
-        for proc, log in self.workers:
-            while "started" not in log.read_text():
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"worker did not start:\n{log.read_text()}")
-                time.sleep(0.05)
-
-    def stop_workers(self) -> None:
-        for proc, _ in self.workers:
-            proc.terminate()
-        for proc, log in self.workers:
-            proc.wait(60)
-            log.unlink(missing_ok=True)
-        self.workers = []
-
-    def wait_drained(self, timeout: float = 600) -> None:
-        active = self.Job.objects.filter(status__in=("pending", "running"))
-        deadline = time.monotonic() + timeout
-        while active.exists():
-            if time.monotonic() > deadline:
-                raise SystemExit("the queue did not drain in time")
-            time.sleep(0.2)
-
-    def drain(self, processes: int) -> float:
-        from django.db.models import Max, Min
-
-        from benchmarks.benchapp.jobs import noop
-
-        self.clear()
-        self.start_workers(processes)
-        try:
-            noop.enqueue_many([[]] * self.options.jobs)
-            self.wait_drained()
-        finally:
-            self.stop_workers()
-        span = self.Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
-        assert self.Job.objects.filter(status="succeeded").count() == self.options.jobs
-        jobs: int = self.options.jobs
-        seconds: float = (span["last"] - span["first"]).total_seconds()
-        return jobs / seconds
-
-    def pickup(self) -> dict[str, float]:
-        from benchmarks.benchapp.jobs import noop
-
-        self.clear()
-        self.start_workers(1)
-        enqueued: list[tuple[Any, float, float]] = []
-        try:
-            time.sleep(1.0)  # let the worker settle into its idle wait
-            for _ in range(self.options.samples):
-                time.sleep(random.uniform(0.2, 0.4))
-                before = time.time()
-                pk = noop.enqueue().pk
-                enqueued.append((pk, before, time.time()))
-            self.wait_drained()
-        finally:
-            self.stop_workers()
-        started = {
-            pk: moment.timestamp()
-            for pk, moment in self.Job.objects.values_list("pk", "started_at")
-            if moment is not None
-        }
-        from_call = sorted((started[pk] - t0) * 1000 for pk, t0, _ in enqueued)
-        from_commit = sorted((started[pk] - t1) * 1000 for pk, _, t1 in enqueued)
-        return {
-            "pickup_p50_ms": statistics.median(from_call),
-            "pickup_p95_ms": percentile(from_call, 95),
-            "pickup_commit_p50_ms": statistics.median(from_commit),
-            "pickup_commit_p95_ms": percentile(from_commit, 95),
-        }
 
     def memory(self) -> dict[str, float]:
         from benchmarks.benchapp.jobs import noop
 
         total = self.options.rss_jobs if self.db == "postgres" else self.options.rss_jobs // 5
         self.clear()
-        self.start_workers(1)
-        proc = self.workers[0][0]
+        self.measure.start_workers(1)
+        proc = self.measure.workers[0][0]
         samples: list[tuple[int, float]] = []
         chunk = 10_000
         try:
@@ -247,21 +156,17 @@ class Bench:
             while done < total:
                 noop.enqueue_many([[]] * min(chunk, total - done))
                 done += min(chunk, total - done)
-                self.wait_drained()
+                self.measure.wait_drained()
                 samples.append((done, rss_mb(proc.pid)))
                 self.clear()
         finally:
-            self.stop_workers()
+            self.measure.stop_workers()
         return {
             "rss_jobs": total,
             "rss_first_mb": samples[0][1],
             "rss_last_mb": samples[-1][1],
             "rss_max_mb": max(mb for _, mb in samples),
         }
-
-
-def percentile(ordered: list[float], pct: int) -> float:
-    return ordered[max(0, round(len(ordered) * pct / 100) - 1)]
 
 
 def rss_mb(pid: int) -> float:

@@ -49,6 +49,9 @@ class Job(models.Model):
     # worker_ids and errors from it.
     attempt_log = models.JSONField(_("attempt log"), default=list, blank=True)
     backend = models.CharField(_("tasks backend"), max_length=100, blank=True, default="")
+    # The enqueuing span's context (W3C traceparent/tracestate) when tracing is on
+    # (django_arcature.contrib.otel): the worker continues the trace from it.
+    trace_context = models.JSONField(_("trace context"), default=dict, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"))
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)

@@ -7,6 +7,8 @@ look like a success to anyone listening.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.dispatch import Signal
 
 #: A job row was inserted. kwargs: ``job``.
@@ -27,3 +29,34 @@ job_released = Signal()
 job_cancelled = Signal()
 #: An operator requeued a dead job. kwargs: ``job_id``.
 job_requeued = Signal()
+
+# --- Events for metrics and traces (django_arcature.contrib) ------------------------------
+# The claim is a landed write like the others; the attempt events are sent by the
+# thread that runs the handler, before and after it runs, and report no write:
+# an observer learns the attempt's outcome only from the landed-write events above.
+
+#: One enqueue call is about to build its rows. kwargs: ``task_name``, ``queue``,
+#: ``count``. A receiver may return a dict of strings (a trace context carrier),
+#: stored with every job of the call as ``Job.trace_context``.
+jobs_enqueuing = Signal()
+#: A claim landed. kwargs: ``jobs`` (the :class:`~django_arcature.db.ClaimedJob` list),
+#: ``worker_id``.
+jobs_claimed = Signal()
+#: A handler is about to run, in this thread (sender: ClaimedJob). kwargs: ``job``, ``worker_id``.
+job_attempt_started = Signal()
+#: The handler has returned or raised and its outcome is decided, not yet written.
+#: kwargs: ``job``, ``completion``, ``seconds`` (how long the handler ran).
+job_attempt_finished = Signal()
+
+
+def notify(signal: Signal, sender: type[Any], **kwargs: Any) -> list[tuple[Any, Any]]:
+    """Send an observer event; a receiver that raises is logged, never propagated.
+
+    Metrics, tracing and error reporting must not be able to break the write
+    path or the worker. ``send_robust`` logs a failing receiver's exception
+    with its traceback (logger ``django.dispatch``) and returns it in place of
+    its response.
+    """
+    if not signal.has_listeners(sender):
+        return []
+    return signal.send_robust(sender, **kwargs)

@@ -99,3 +99,25 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_arcature": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# Worker processes of tests/observability/test_logs.py log JSON lines to this file,
+# configured as docs/observability.md tells users to.
+if os.environ.get("ARCATURE_TEST_JSON_LOG"):
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"job": {"()": "django_arcature.contrib.logs.JobContextFilter"}},
+        "formatters": {"json": {"()": "django_arcature.contrib.logs.JSONFormatter"}},
+        "handlers": {
+            "json": {
+                "class": "logging.FileHandler",
+                "filename": os.environ["ARCATURE_TEST_JSON_LOG"],
+                "formatter": "json",
+                "filters": ["job"],
+            }
+        },
+        "loggers": {
+            "django_arcature": {"handlers": ["json"], "level": "DEBUG"},
+            "tests": {"handlers": ["json"], "level": "INFO"},
+        },
+    }

@@ -1,8 +1,11 @@
 """The queue dashboard: per-queue counts, lag, throughput over the last hour, workers.
 
-Four grouped queries, each bounded by an index instead of the table's size:
+Five grouped queries, each bounded by an index instead of the table's size:
 live and dead jobs by ``(status, queue, …)``, the last hour's finished jobs by
-``(status, finished_at)``, and running jobs by ``(status, lease_expires_at)``.
+``(status, finished_at)`` (per queue and minute, then per task), and running
+jobs by ``(status, lease_expires_at)``; and one sample of at most
+``RUN_TIME_SAMPLE`` of the last hour's finished jobs, newest first on the same
+index, for each task's p50/p95 run time.
 Succeeded and cancelled jobs are counted over the last hour only: an all-time
 count of them would read the whole table, and ``prune`` deletes them anyway.
 The chart is drawn here as SVG geometry and rendered inline by a template, so
@@ -29,6 +32,8 @@ from django_arcature.models import Job, JobStatus
 logger = logging.getLogger(__name__)
 
 WINDOW_MINUTES = 60
+#: The newest finished first-attempt jobs of the last hour read for the run-time percentiles.
+RUN_TIME_SAMPLE = 2000
 
 
 @dataclass
@@ -58,6 +63,23 @@ class WorkerRow:
     last_seen_ago: str = ""
 
 
+@dataclass
+class TaskRow:
+    """One task's last hour: how many finished, how many died, how long runs took."""
+
+    task: str
+    succeeded: int = 0
+    dead: int = 0
+    p50: str = ""
+    p95: str = ""
+    sampled: int = 0
+
+    @property
+    def failure_rate(self) -> str:
+        finished = self.succeeded + self.dead
+        return f"{100 * self.dead / finished:.1f}%" if finished else ""
+
+
 @dataclass(frozen=True)
 class Minute:
     start: datetime.datetime
@@ -73,6 +95,7 @@ class Dashboard:
     minutes: list[Minute]
     chart: Chart
     totals: dict[str, int] = field(default_factory=dict)
+    tasks: list[TaskRow] = field(default_factory=list)
 
 
 def collect(now: datetime.datetime | None = None, using: str = "default") -> Dashboard:
@@ -146,7 +169,64 @@ def collect(now: datetime.datetime | None = None, using: str = "default") -> Das
         "running": sum(q.running for q in ordered),
         "dead": sum(q.dead for q in ordered),
     }
-    return Dashboard(now, ordered, workers, minutes, build_chart(minutes), totals)
+    tasks = _tasks(jobs, since)
+    return Dashboard(now, ordered, workers, minutes, build_chart(minutes), totals, tasks)
+
+
+def _tasks(jobs: Any, since: datetime.datetime) -> list[TaskRow]:
+    """Per task over the last hour: finished counts, failure rate, p50/p95 run time.
+
+    Counts are grouped on the ``(status, finished_at)`` index range of the last
+    hour. Run times come from a sample: the newest ``RUN_TIME_SAMPLE`` jobs that
+    finished in the hour on their first attempt, where ``finished_at -
+    started_at`` is that attempt's run (a later attempt's ``started_at`` is
+    still the first claim's). On a busy hour the percentiles describe the most
+    recent jobs, which is what an operator looking now wants.
+    """
+    finished = (JobStatus.SUCCEEDED, JobStatus.DEAD)
+    rows: dict[str, TaskRow] = {}
+    counts = (
+        jobs.filter(status__in=finished, finished_at__gte=since)
+        .values("task_name", "status")
+        .annotate(total=Count("*"))
+        .order_by()
+    )
+    for item in counts:
+        line = rows.setdefault(item["task_name"], TaskRow(task=item["task_name"]))
+        if item["status"] == JobStatus.SUCCEEDED:
+            line.succeeded = item["total"]
+        else:
+            line.dead = item["total"]
+    sample = (
+        jobs.filter(status__in=finished, finished_at__gte=since, attempts=1)
+        .order_by("-finished_at")
+        .values_list("task_name", "started_at", "finished_at")[:RUN_TIME_SAMPLE]
+    )
+    runs: dict[str, list[float]] = {}
+    for task, started, ended in sample:
+        if started is not None and ended is not None:
+            runs.setdefault(task, []).append(max(0.0, (ended - started).total_seconds()))
+    for task, seconds in runs.items():
+        line = rows.setdefault(task, TaskRow(task=task))
+        seconds.sort()
+        line.sampled = len(seconds)
+        line.p50 = format_duration(_percentile(seconds, 50))
+        line.p95 = format_duration(_percentile(seconds, 95))
+    return sorted(rows.values(), key=lambda row: (-row.dead, row.task))
+
+
+def _percentile(ordered: list[float], pct: int) -> float:
+    """Nearest-rank percentile of an ascending, non-empty list."""
+    return ordered[max(0, -(-len(ordered) * pct // 100) - 1)]
+
+
+def format_duration(seconds: float) -> str:
+    """A run time for a table cell: milliseconds below a second, then seconds, minutes."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return format_age(seconds)
 
 
 def _workers(jobs: Any, since: datetime.datetime, now: datetime.datetime) -> list[WorkerRow]:

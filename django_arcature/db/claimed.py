@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -24,6 +25,20 @@ class ClaimedJob:
     lease_seconds: int
     backend: str = ""
     attempt_log: list[Any] = field(default_factory=list)
+    #: When the job became claimable (for the queue-wait metric).
+    available_at: datetime | None = None
+    #: The enqueuing span's context, when tracing is on (django_arcature.contrib.otel).
+    trace_context: dict[str, Any] = field(default_factory=dict)
+
+    def log_extra(self) -> dict[str, Any]:
+        """The ``extra`` fields of every log record about this job (job id, task, queue,
+        attempt), for JSON formatters and structlog (docs/observability.md)."""
+        return {
+            "job_id": str(self.id),
+            "task": self.task_name,
+            "queue": self.queue,
+            "attempt": self.attempts,
+        }
 
 
 CLAIM_COLUMNS = (
@@ -38,11 +53,24 @@ CLAIM_COLUMNS = (
     "lease_seconds",
     "backend",
     "attempt_log",
+    "available_at",
+    "trace_context",
 )
 
 
 def as_uuid(value: object) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _as_datetime(value: object) -> datetime | None:
+    """A raw SQLite row carries the timestamp as text, in UTC; the others a datetime."""
+    if value is None or isinstance(value, datetime):
+        moment = value
+    else:
+        moment = datetime.fromisoformat(str(value))
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
 
 
 def _as_json(value: object) -> Any:
@@ -60,6 +88,7 @@ def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> Claim
     values = dict(zip(CLAIM_COLUMNS, row, strict=True))
     decode = (lambda value: value) if json_decoded else _as_json
     log = decode(values["attempt_log"])
+    trace_context = decode(values["trace_context"])
     return ClaimedJob(
         id=as_uuid(values["id"]),
         task_name=values["task_name"],
@@ -72,4 +101,6 @@ def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> Claim
         lease_seconds=values["lease_seconds"],
         backend=values["backend"] or "",
         attempt_log=log if isinstance(log, list) else [],
+        available_at=_as_datetime(values["available_at"]),
+        trace_context=trace_context if isinstance(trace_context, dict) else {},
     )

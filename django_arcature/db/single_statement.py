@@ -43,8 +43,7 @@ def claim_with_cte(
         queue_filter += f" AND {qn('queue')} NOT IN ({', '.join(['%s'] * len(exclude))})"
         params.extend(exclude)
     params.extend([batch, "running", worker_id, lease_seconds, "pending"])
-    # available_at comes back too, only to put the batch in claim order.
-    returning = ", ".join(qn(c) for c in (*CLAIM_COLUMNS, "available_at"))
+    returning = ", ".join(qn(c) for c in CLAIM_COLUMNS)
     sql = f"""
         WITH picked AS {materialized} (
             SELECT {qn("id")} FROM {qn(table)}
@@ -69,5 +68,6 @@ def claim_with_cte(
         rows = cursor.fetchall()
     # RETURNING follows no order: restore the claim's (priority desc, then oldest).
     priority = CLAIM_COLUMNS.index("priority")
-    rows.sort(key=lambda row: (-row[priority], row[-1]))
-    return [claimed_from_row(row[:-1]) for row in rows]
+    available_at = CLAIM_COLUMNS.index("available_at")
+    rows.sort(key=lambda row: (-row[priority], row[available_at]))
+    return [claimed_from_row(row) for row in rows]

@@ -296,6 +296,7 @@ class EnqueueWrites(JobWriter):
                 f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
                 f"not {unique_key!r:.80}"
             )
+        traced = _trace_context(self.model, plan.name, queue_name, len(items))
         maker = RowMaker(
             self.model,
             task_name=plan.name,
@@ -305,6 +306,7 @@ class EnqueueWrites(JobWriter):
             max_attempts=attempts_allowed,
             lease_seconds=conf.lease_seconds,
             backend=backend,
+            **({"trace_context": traced} if traced else {}),
         )
         derive_key = plan.unique and unique_key is None
         rows = []
@@ -355,3 +357,14 @@ class EnqueueWrites(JobWriter):
             return row, True
         assert error is not None
         raise error
+
+
+def _trace_context(model: type[Any], task_name: str, queue: str, count: int) -> dict[str, str]:
+    """What ``jobs_enqueuing`` receivers (tracing) want stored with this call's jobs."""
+    carrier: dict[str, str] = {}
+    for _receiver, response in signals.notify(
+        signals.jobs_enqueuing, model, task_name=task_name, queue=queue, count=count
+    ):
+        if isinstance(response, dict):
+            carrier.update(response)
+    return carrier

@@ -57,12 +57,15 @@ class LeaseWrites(JobWriter):
         def stamp(token: Any) -> dict[str, Any]:
             return claimed_fields(token, worker_id, lease_seconds)
 
-        return _retry_on_lock_conflict(
+        claimed = _retry_on_lock_conflict(
             using,
             lambda: driver.claim(
                 self.model, worker_id, lease_seconds, batch, picked_queues, stamp, left_out
             ),
         )
+        if claimed:
+            signals.notify(signals.jobs_claimed, self.model, jobs=claimed, worker_id=worker_id)
+        return claimed
 
     def heartbeat(
         self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta
@@ -214,4 +217,7 @@ class LeaseWrites(JobWriter):
                 )
             return claimed_from_row(row, json_decoded=True)
 
-        return _retry_on_lock_conflict(self.db, operation)
+        claimed = _retry_on_lock_conflict(self.db, operation)
+        if claimed is not None:
+            signals.notify(signals.jobs_claimed, self.model, jobs=[claimed], worker_id=worker_id)
+        return claimed

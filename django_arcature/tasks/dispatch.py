@@ -76,7 +76,10 @@ def dispatch(
         raise
     except BaseException as exc:  # a signal receiver or the backend itself failed
         logger.exception(
-            "job %s (%s): the backend failed around the task", claimed.id, claimed.task_name
+            "job %s (%s): the backend failed around the task",
+            claimed.id,
+            claimed.task_name,
+            extra=claimed.log_extra(),
         )
         return Panic.from_exception(exc)
 
@@ -90,7 +93,13 @@ def _dispatch(
         return Malformed(str(exc))
     found = resolve_task(claimed.task_name, claimed.backend)
     if isinstance(found, str):
-        logger.error("job %s: not running %s: %s", claimed.id, claimed.task_name, found)
+        logger.error(
+            "job %s: not running %s: %s",
+            claimed.id,
+            claimed.task_name,
+            found,
+            extra=claimed.log_extra(),
+        )
         return Unknown(f"{claimed.task_name} ({found})")
     task, backend = found.task, found.backend
     try:

@@ -11,9 +11,11 @@ the same code runs a job inside the worker and inline in a user's test.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +24,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from django_arcature import registry
+from django_arcature import registry, signals
 from django_arcature.conf import ArcatureSettings, default_retry_policy, get_settings
 from django_arcature.context import JobContext, activate, deactivate
 from django_arcature.core.decide import (
@@ -226,7 +228,13 @@ def _with_timeout(
         finally:
             connections.close_all()  # this thread's connections die with it
 
-    thread = threading.Thread(target=target, name=f"arcature-job-{context.job_id}", daemon=True)
+    # The caller's context variables (a tracing span, for one) follow the handler.
+    thread = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(target,),
+        name=f"arcature-job-{context.job_id}",
+        daemon=True,
+    )
     thread.start()
     thread.join(timeout)
     if thread.is_alive() or not box:
@@ -236,6 +244,12 @@ def _with_timeout(
             context.job_id,
             context.task_name,
             timeout,
+            extra={
+                "job_id": str(context.job_id),
+                "task": context.task_name,
+                "queue": context.queue,
+                "attempt": context.attempt,
+            },
         )
         return Timeout(timeout)
     result = box[0]
@@ -321,6 +335,8 @@ def process(
     if timeout is _UNSET:
         timeout = declared_timeout or conf.timeout
     policy = policy or declared_retry
+    signals.notify(signals.job_attempt_started, ClaimedJob, job=claimed, worker_id=worker_id)
+    started = time.perf_counter()
     outcome = run_handler(
         claimed,
         timeout=timeout,
@@ -329,7 +345,18 @@ def process(
         context=context,
         loop=loop,
     )
-    return completion_for(claimed, outcome, worker_id=worker_id, now=now, policy=policy, spec=spec)
+    seconds = time.perf_counter() - started
+    completion = completion_for(
+        claimed, outcome, worker_id=worker_id, now=now, policy=policy, spec=spec
+    )
+    signals.notify(
+        signals.job_attempt_finished,
+        ClaimedJob,
+        job=claimed,
+        completion=completion,
+        seconds=seconds,
+    )
+    return completion
 
 
 def _declared(

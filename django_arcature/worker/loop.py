@@ -444,6 +444,7 @@ class Worker:
                     done.job_id,
                     entry.job.task_name if entry else "?",
                     completion.kind,
+                    extra=entry.job.log_extra() if entry else {"job_id": str(done.job_id)},
                 )
                 continue
             if completion.kind == "succeeded":
@@ -462,6 +463,7 @@ class Worker:
                     else f"dead ({completion.error_kind})",
                     done.seconds * 1000,
                     f": {completion.message}" if completion.message else "",
+                    extra=entry.job.log_extra() if entry else {"job_id": str(done.job_id)},
                 )
 
     def _maybe_heartbeat(self) -> None:
@@ -493,6 +495,7 @@ class Worker:
             "the handler was told to stop and its result will be discarded",
             job_id,
             entry.job.task_name,
+            extra=entry.job.log_extra(),
         )
         if entry.skipped:
             self._inflight.pop(job_id, None)
@@ -552,7 +555,8 @@ class Worker:
     def _begin_shutdown(self) -> None:
         self._stopping_since = time.monotonic()
         running = [entry for entry in self._inflight.values() if not entry.done]
-        logger.warning(
+        # A requested stop is routine: INFO. What goes wrong during it is a WARNING.
+        logger.info(
             "worker %s stopping: no new claims; waiting up to %gs for %d job(s)",
             self.worker_id,
             self.shutdown_timeout,
@@ -564,7 +568,7 @@ class Worker:
                 if not entry.started:
                     entry.skipped = True
                     unstarted.append(entry)
-        self._release(unstarted, "not started")
+        self._release(unstarted, "not started", level=logging.INFO)
 
     def _shutdown_overdue(self) -> bool:
         return (
@@ -588,7 +592,9 @@ class Worker:
             logger.warning("%d finished job(s) could not be written", len(self._finished))
         return True
 
-    def _release(self, entries: Sequence[_InFlight], why: str) -> None:
+    def _release(
+        self, entries: Sequence[_InFlight], why: str, level: int = logging.WARNING
+    ) -> None:
         """Hand jobs back to ``pending`` without using up their attempt (fenced)."""
         from django_arcature.models import Job
 
@@ -601,11 +607,13 @@ class Worker:
             self._inflight.pop(entry.job.id, None)
             if outcome is ClaimTransition.UPDATED:
                 self.stats.released += 1
-                logger.warning(
+                logger.log(
+                    level,
                     "job %s (%s) released back to pending (%s)",
                     entry.job.id,
                     entry.job.task_name,
                     why,
+                    extra=entry.job.log_extra(),
                 )
             elif outcome is None:
                 logger.warning(
@@ -613,6 +621,7 @@ class Worker:
                     "worker will run it again",
                     entry.job.id,
                     entry.job.task_name,
+                    extra=entry.job.log_extra(),
                 )
 
     def _abandon_on_fault(self) -> None:
@@ -687,7 +696,9 @@ class Worker:
                         settings=conf,
                     )
                 except Exception as exc:  # a bug of ours while running it: never lose the job
-                    logger.exception("job %s failed inside the worker", entry.job.id)
+                    logger.exception(
+                        "job %s failed inside the worker", entry.job.id, extra=entry.job.log_extra()
+                    )
                     completion = completion_for(
                         entry.job, Panic.from_exception(exc), worker_id=self.worker_id
                     )

@@ -112,3 +112,35 @@ def test_chart_geometry_stacks_failed_on_succeeded() -> None:
     assert float(chart.x_ticks[-1].position) == pytest.approx(chart.plot_right)
     assert not chart.empty
     assert build_chart([Minute(start, 0, 0)] * 60).empty
+
+
+@pytest.mark.django_db
+def test_per_task_failure_rate_and_run_time_percentiles(admin_client: Client) -> None:
+    """Twelve first-attempt runs (two instant deaths, ten of 100 ms … 1 s): p50 is the 6th,
+    400 ms, and p95 the 12th, 1 s (nearest rank)."""
+    done = make_succeeded(10, queue="timed")
+    dead = make_dead(2, queue="timed")  # tests.add too: 2 of 12 died
+    now = timezone.now()
+    Job.objects.filter(pk__in=dead).update(started_at=now, finished_at=now)
+    for index, job_id in enumerate(done, start=1):
+        Job.objects.filter(pk=job_id).update(
+            started_at=now - timedelta(seconds=index / 10), finished_at=now
+        )
+    # A retried job's started_at is its first claim's: it does not count for run time.
+    [retried] = make_succeeded(1, queue="slow-retried")
+    Job.objects.filter(pk=retried).update(
+        task_name="tests.noop", attempts=2, started_at=now - timedelta(hours=0.5), finished_at=now
+    )
+    data = collect()
+    tasks = {row.task: row for row in data.tasks}
+    add = tasks["tests.add"]
+    assert (add.succeeded, add.dead, add.failure_rate) == (10, 2, "16.7%")
+    assert (add.p50, add.p95) == ("400 ms", "1.0 s")
+    noop = tasks["tests.noop"]
+    assert (noop.succeeded, noop.failure_rate, noop.p50) == (1, "0.0%", "")
+    page = admin_client.get(DASHBOARD).content.decode()
+    start = page.index('<tr data-task="tests.add">')
+    row = page[start : page.index("</tr>", start)]
+    assert "16.7%" in row
+    assert "400 ms" in row
+    assert "1.0 s" in row

@@ -33,7 +33,10 @@ import time as _time  # noqa: E402
 from django_arcature import RetryPolicy  # noqa: E402
 from django_arcature.context import current_job  # noqa: E402
 
-from . import worker_events  # noqa: E402, F401  (records observer events when asked to)
+from . import (  # noqa: E402
+    observability,  # noqa: F401  (traces into a file when asked to)
+    worker_events,  # noqa: F401  (records observer events when asked to)
+)
 
 _NO_BACKOFF = RetryPolicy(base_seconds=0, jitter=0)
 
@@ -91,6 +94,41 @@ def hang_first_run(path: str) -> str:
     if runs == 1:
         _time.sleep(120)
     return f"run {runs}"
+
+
+@job(name="tests.log_progress")
+def log_progress(step: str) -> str:
+    """Logs from inside a handler: the record should carry the job's fields."""
+    import logging
+
+    logging.getLogger("tests.jobs").info("working on %s", step)
+    return step
+
+
+@job(name="tests.traced_sync")
+def traced_sync() -> str:
+    """Opens a span of its own: it should nest under the attempt's consumer span."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("inside sync"):
+        return "traced"
+
+
+@job(name="tests.traced_async")
+async def traced_async() -> str:
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("inside async"):
+        return "traced"
+
+
+@job(name="tests.traced_timed", timeout=30)
+def traced_timed() -> str:
+    """Runs on the timeout's own thread: the span context must follow it there."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("inside timed"):
+        return "traced"
 
 
 @job(name="tests.slot_key")

@@ -27,6 +27,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), not {value}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -172,6 +179,20 @@ class Command(BaseCommand):
             "transaction mode).",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=_port,
+            metavar="PORT",
+            help="Serve Prometheus metrics on this port (needs django-arcature[prometheus]). "
+            "Several workers on one host: set PROMETHEUS_MULTIPROC_DIR and give them all the "
+            "same port (docs/observability.md).",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="",
+            metavar="ADDRESS",
+            help="The address the metrics port listens on. Default: every interface.",
+        )
+        parser.add_argument(
             "--database",
             default=None,
             help='The database alias holding the job table. Default: ARCATURE["DATABASE"], '
@@ -205,9 +226,32 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        status = worker.run()
+        metrics = self._start_metrics(options, worker.using)
+        try:
+            status = worker.run()
+        finally:
+            if metrics is not None:
+                metrics.stop()
         if status:
             raise SystemExit(status)
+
+    def _start_metrics(self, options: dict[str, Any], using: str) -> Any:
+        """The metrics server, serving before the first claim; None without --metrics-port."""
+        if options["metrics_port"] is None:
+            return None
+        try:
+            from django_arcature.contrib.prometheus.server import MetricsPortInUse, MetricsServer
+        except ImportError as exc:
+            raise CommandError(
+                f"--metrics-port needs prometheus-client ({exc}); "
+                "pip install 'django-arcature[prometheus]'"
+            ) from exc
+        server = MetricsServer(options["metrics_port"], options["metrics_addr"], using=using)
+        try:
+            server.start()
+        except (MetricsPortInUse, OSError) as exc:
+            raise CommandError(str(exc)) from exc
+        return server
 
     def _warn_about_sqlite_writers(self, alias: str) -> None:
         """arcature.W002 here, not on every command: a running worker is the second writer."""
@@ -224,6 +268,7 @@ class Command(BaseCommand):
         logger = logging.getLogger("django_arcature")
         logger.setLevel(LEVELS.get(verbosity, logging.DEBUG))
         if not logger.hasHandlers():
-            handler = logging.StreamHandler(sys.stderr)
+            # The command's own stderr (call_command(stderr=...) captures it), unstyled.
+            handler = logging.StreamHandler(getattr(self.stderr, "_out", sys.stderr))
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)

@@ -1,0 +1,246 @@
+"""Enqueue rates, drain rate with N worker processes, idle pickup latency.
+
+Shared by ``manage.py arcature_bench`` (on the user's database, in a scratch
+queue, deleting only its own rows) and ``benchmarks/run.py`` (on a dedicated
+database). Drain is timed on the database's clock (first ``started_at`` to last
+``finished_at`` of the measured jobs), so the time to start the worker
+processes is not counted. Pickup latency is from the enqueue call (and from
+its commit) to the claim's ``started_at``: the database's clock against this
+host's, so it is meaningful on one host or with synchronised clocks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS
+
+#: The scratch queue of ``manage.py arcature_bench``.
+SCRATCH_QUEUE = "arcature-bench"
+
+
+class BenchRefused(RuntimeError):
+    """The scratch queue holds jobs the benchmark did not create."""
+
+
+class BenchFailed(RuntimeError):
+    """The measured jobs did not all succeed in time (e.g. another worker took them)."""
+
+
+def percentile(ordered: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    return ordered[max(0, round(len(ordered) * pct / 100) - 1)]
+
+
+@dataclass
+class Bench:
+    """Runs measurements of ``task`` (a no-op job) in ``queue`` on database ``using``.
+
+    ``worker_command`` is the argv that starts one worker process serving only
+    ``queue``; ``env`` is added to each worker's environment (e.g. to turn
+    metrics or tracing on for an overhead comparison).
+    """
+
+    task: str
+    queue: str = SCRATCH_QUEUE
+    using: str = DEFAULT_DB_ALIAS
+    worker_command: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    start_timeout: float = 60.0
+    workers: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    #: CPU time the worker processes spent per job in the last :meth:`drain`, in
+    #: microseconds (Linux only; None elsewhere). Less sensitive to a busy machine
+    #: than the rate, so it is the better figure for comparing worker variants.
+    cpu_us_per_job: float | None = None
+
+    # -- the scratch queue ------------------------------------------------------------
+
+    def jobs(self) -> Any:
+        from django_arcature.models import Job
+
+        return Job.objects.using(self.using).filter(queue=self.queue)
+
+    def foreign_jobs(self) -> int:
+        """Jobs in the scratch queue that are not the benchmark's."""
+        return int(self.jobs().exclude(task_name=self.task)[:1000].count())
+
+    def check_scratch(self) -> None:
+        foreign = self.foreign_jobs()
+        if foreign:
+            raise BenchRefused(
+                f"queue {self.queue!r} holds {foreign} job(s) the benchmark did not create; "
+                "it deletes the rows of its queue between runs, so it will not use this one. "
+                "Pick another with --queue."
+            )
+
+    def clear(self) -> int:
+        """Delete the benchmark's own rows (its task, in its queue) and nothing else."""
+        deleted: int = self.jobs().filter(task_name=self.task).delete()[0]
+        return deleted
+
+    # -- enqueue ------------------------------------------------------------------------
+
+    def _manager(self) -> Any:
+        from django_arcature.models import Job
+
+        return Job.objects.db_manager(self.using)
+
+    def enqueue_single(self, count: int) -> float:
+        """Jobs per second enqueued one by one, each in its own transaction."""
+        self.clear()
+        manager = self._manager()
+        started = time.perf_counter()
+        for _ in range(count):
+            manager.enqueue(self.task, queue=self.queue)
+        return count / (time.perf_counter() - started)
+
+    def enqueue_bulk(self, count: int) -> float:
+        """Jobs per second with one ``enqueue_many`` call."""
+        self.clear()
+        started = time.perf_counter()
+        self._manager().enqueue_many(self.task, [()] * count, queue=self.queue)
+        return count / (time.perf_counter() - started)
+
+    # -- workers ------------------------------------------------------------------------
+
+    def start_workers(self, count: int) -> None:
+        env = {**os.environ, **self.env}
+        # The children import the same settings from the same places as this process.
+        env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+        for _ in range(count):
+            log = Path(tempfile.mkstemp(prefix="arcature-bench-", suffix=".log")[1])
+            with open(log, "w") as out:
+                proc = subprocess.Popen(
+                    [*self.worker_command, "--queue", self.queue, "-v", "1"],
+                    cwd=self.cwd,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            self.workers.append((proc, log))
+        deadline = time.monotonic() + self.start_timeout
+        for proc, log in self.workers:
+            while " started" not in log.read_text():
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    output = log.read_text()
+                    self.stop_workers()
+                    raise BenchFailed(f"a benchmark worker did not start:\n{output}")
+                time.sleep(0.05)
+
+    def stop_workers(self) -> None:
+        for proc, _ in self.workers:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc, log in self.workers:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.unlink(missing_ok=True)
+        self.workers = []
+
+    def wait_drained(self, timeout: float = 600) -> None:
+        from django_arcature.models import JobStatus
+
+        active = self.jobs().filter(
+            task_name=self.task, status__in=(JobStatus.PENDING, JobStatus.RUNNING)
+        )
+        deadline = time.monotonic() + timeout
+        while active.exists():
+            if time.monotonic() > deadline:
+                raise BenchFailed(f"the benchmark's jobs did not drain in {timeout:g}s")
+            time.sleep(0.05)
+
+    def _check_all_succeeded(self, count: int) -> None:
+        from django_arcature.models import JobStatus
+
+        mine = self.jobs().filter(task_name=self.task)
+        succeeded = mine.filter(status=JobStatus.SUCCEEDED).count()
+        if succeeded != count:
+            strangers = sorted(
+                set(mine.exclude(status=JobStatus.SUCCEEDED).values_list("locked_by", flat=True))
+            )
+            raise BenchFailed(
+                f"{succeeded} of {count} benchmark jobs succeeded; the others ended with "
+                f"workers {strangers}. A worker serving every queue may have taken them: "
+                "run the benchmark where only its own workers serve its queue."
+            )
+
+    # -- drain and pickup --------------------------------------------------------------
+
+    def drain(self, count: int, processes: int) -> float:
+        """Jobs per second drained by ``processes`` workers, on the database's clock."""
+        from django.db.models import Max, Min
+
+        self.clear()
+        self.start_workers(processes)
+        try:
+            cpu_before = self._workers_cpu()
+            self._manager().enqueue_many(self.task, [()] * count, queue=self.queue)
+            self.wait_drained()
+            cpu_after = self._workers_cpu()
+        finally:
+            self.stop_workers()
+        self.cpu_us_per_job = (
+            (cpu_after - cpu_before) * 1e6 / count
+            if cpu_before is not None and cpu_after is not None
+            else None
+        )
+        self._check_all_succeeded(count)
+        span = self.jobs().aggregate(first=Min("started_at"), last=Max("finished_at"))
+        seconds: float = max((span["last"] - span["first"]).total_seconds(), 1e-6)
+        return count / seconds
+
+    def _workers_cpu(self) -> float | None:
+        """User + system CPU seconds of the worker processes so far (from /proc)."""
+        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        total = 0.0
+        for proc, _ in self.workers:
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                return None
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        return total
+
+    def pickup(self, samples: int, settle: float = 1.0) -> dict[str, float]:
+        """Idle pickup latency in milliseconds: p50/p95 from the enqueue call and its commit."""
+        self.clear()
+        self.start_workers(1)
+        manager = self._manager()
+        enqueued: list[tuple[Any, float, float]] = []
+        try:
+            time.sleep(settle)  # let the worker settle into its idle wait
+            for _ in range(samples):
+                time.sleep(random.uniform(0.2, 0.4))
+                before = time.time()
+                pk = manager.enqueue(self.task, queue=self.queue).pk
+                enqueued.append((pk, before, time.time()))
+            self.wait_drained()
+        finally:
+            self.stop_workers()
+        started = {
+            pk: moment.timestamp()
+            for pk, moment in self.jobs().values_list("pk", "started_at")
+            if moment is not None
+        }
+        from_call = sorted((started[pk] - t0) * 1000 for pk, t0, _ in enqueued)
+        from_commit = sorted((started[pk] - t1) * 1000 for pk, _, t1 in enqueued)
+        return {
+            "pickup_p50_ms": statistics.median(from_call),
+            "pickup_p95_ms": percentile(from_call, 95),
+            "pickup_commit_p50_ms": statistics.median(from_commit),
+            "pickup_commit_p95_ms": percentile(from_commit, 95),
+        }

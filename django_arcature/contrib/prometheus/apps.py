@@ -1,0 +1,16 @@
+"""Add ``"django_arcature.contrib.prometheus"`` to INSTALLED_APPS to count in every process."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class PrometheusConfig(AppConfig):
+    name = "django_arcature.contrib.prometheus"
+    label = "arcature_prometheus"
+    verbose_name = "django-arcature Prometheus metrics"
+
+    def ready(self) -> None:
+        from .receivers import install
+
+        install()

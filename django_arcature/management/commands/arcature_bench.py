@@ -1,0 +1,126 @@
+"""``manage.py arcature_bench``: measure the queue on this project's own database."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from django_arcature.bench.jobs import TASK
+from django_arcature.bench.measure import SCRATCH_QUEUE, Bench, BenchFailed, BenchRefused
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Measure django-arcature on the configured database: enqueue rate (one by one and "
+        "bulk), drain rate with 1..K worker processes, and idle pickup latency. Works in its "
+        f"own scratch queue ({SCRATCH_QUEUE!r} by default), deletes only the rows it created, "
+        "and refuses to start if that queue holds other jobs. Stop workers that serve every "
+        "queue first, or they will take the benchmark's jobs."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--jobs", type=_positive, default=5000, help="Jobs per drain/bulk.")
+        parser.add_argument(
+            "--single", type=_positive, default=500, help="Jobs enqueued one by one."
+        )
+        parser.add_argument(
+            "--workers", type=_positive, default=2, help="Drain with 1 up to this many processes."
+        )
+        parser.add_argument("--samples", type=_positive, default=20, help="Pickup samples.")
+        parser.add_argument("--repeat", type=_positive, default=1, help="Runs per figure (median).")
+        parser.add_argument("--queue", default=SCRATCH_QUEUE, help="The scratch queue.")
+        parser.add_argument("--database", default="default", help="Database alias.")
+        parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        bench = Bench(
+            task=TASK,
+            queue=options["queue"],
+            using=options["database"],
+            worker_command=[
+                sys.executable,
+                "-m",
+                "django_arcature.bench.worker",
+                "--database",
+                options["database"],
+            ],
+        )
+        try:
+            bench.check_scratch()
+        except BenchRefused as exc:
+            raise CommandError(str(exc)) from exc
+        repeat = options["repeat"]
+        results: dict[str, Any] = {
+            "database": connections[options["database"]].vendor,
+            "python": platform.python_version(),
+            "jobs": options["jobs"],
+            "repeat": repeat,
+        }
+        started = time.monotonic()
+        try:
+            self._progress(options, "enqueue one by one")
+            results["enqueue_single_per_s"] = statistics.median(
+                bench.enqueue_single(options["single"]) for _ in range(repeat)
+            )
+            self._progress(options, "enqueue in bulk")
+            results["enqueue_bulk_per_s"] = statistics.median(
+                bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
+            )
+            drain: dict[str, float] = {}
+            for processes in range(1, options["workers"] + 1):
+                self._progress(options, f"drain with {processes} worker process(es)")
+                drain[str(processes)] = statistics.median(
+                    bench.drain(options["jobs"], processes) for _ in range(repeat)
+                )
+            results["drain_per_s"] = drain
+            self._progress(options, "idle pickup latency")
+            results.update(bench.pickup(options["samples"]))
+        except BenchFailed as exc:
+            raise CommandError(str(exc)) from exc
+        finally:
+            bench.stop_workers()
+            bench.clear()
+        results["seconds"] = round(time.monotonic() - started, 1)
+        if options["json"]:
+            self.stdout.write(json.dumps(results, indent=2))
+        else:
+            self._table(results)
+
+    def _progress(self, options: dict[str, Any], what: str) -> None:
+        if not options["json"] and options["verbosity"] >= 1:
+            self.stderr.write(f"measuring: {what}…")
+
+    def _table(self, r: dict[str, Any]) -> None:
+        rows = [
+            ("enqueue, one by one", f"{r['enqueue_single_per_s']:,.0f} jobs/s"),
+            ("enqueue, bulk", f"{r['enqueue_bulk_per_s']:,.0f} jobs/s"),
+            *(
+                (f"drain, {n} worker process{'es' if n != '1' else ''}", f"{rate:,.0f} jobs/s")
+                for n, rate in r["drain_per_s"].items()
+            ),
+            (
+                "idle pickup p50 / p95",
+                f"{r['pickup_p50_ms']:.1f} ms / {r['pickup_p95_ms']:.1f} ms",
+            ),
+        ]
+        width = max(len(name) for name, _ in rows)
+        self.stdout.write(
+            f"django-arcature on {r['database']} ({r['jobs']:,} no-op jobs per drain, "
+            f"median of {r['repeat']}), {r['seconds']}s"
+        )
+        for name, value in rows:
+            self.stdout.write(f"  {name.ljust(width)}  {value:>22}")
