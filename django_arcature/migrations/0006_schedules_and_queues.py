@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_arcature", "0003_deadjob_created_idx"),
+        ("django_arcature", "0007_job_trace_context"),
     ]
 
     operations = [
