@@ -91,6 +91,17 @@ class Driver:
     def supports_batch_completion(self) -> bool:
         return False
 
+    def fences_by_join(self) -> bool:
+        """Whether every fenced write, even of one job, goes through :meth:`complete_batch`.
+
+        Where the fence's ``status = 'running'`` is compared with a constant, a planner
+        that trusts statistics taken while nothing ran (PostgreSQL's) may reach the row
+        through a status index and walk every running row; joined to a ``VALUES`` row
+        that carries the status, the row is found by primary key. False where one plain
+        ``UPDATE`` per job is as good (MySQL/MariaDB estimate from the index itself).
+        """
+        return False
+
     def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:
         """Apply one named transition to many jobs; return the ids it changed.
 

@@ -38,13 +38,15 @@ def batch_parts(
     rows: Sequence[CompletionRow],
     *,
     typed_placeholders: bool = False,
+    status_column: bool = False,
 ) -> BatchParts:
     """Split a batch's fields into those every row shares and those that vary by row.
 
     The varying ones (result, attempt log, retry time…) travel in a derived table
     joined on id and token; ``DatabaseNow`` values become the database's clock.
     ``typed_placeholders`` casts each placeholder to its column type (PostgreSQL
-    cannot infer the types of a ``VALUES`` list's columns).
+    cannot infer the types of a ``VALUES`` list's columns). ``status_column`` adds
+    the fence's ``'running'`` to every row, as ``arcature_status``.
     """
     vendor = connection.vendor
     qn = connection.ops.quote_name
@@ -68,6 +70,11 @@ def batch_parts(
             for job_id, token, _ in rows
         ],
     )
+    if status_column:
+        parts.row_columns.append("arcature_status")
+        parts.row_placeholders.append(f"%s{cast(meta.get_field('status'))}")
+        for params in parts.row_params:
+            params.append("running")
     for name in rows[0][2]:
         field = meta.get_field(name)
         first = rows[0][2][name]
@@ -94,19 +101,28 @@ def _same_value(a: Any, b: Any) -> bool:
 def update_from_values(
     connection: BaseDatabaseWrapper, model: Any, rows: Sequence[CompletionRow], *, typed: bool
 ) -> set[uuid.UUID]:
-    """``UPDATE … FROM (VALUES …) … RETURNING id``: PostgreSQL's and SQLite's batched write."""
+    """``UPDATE … FROM (VALUES …) … RETURNING id``: PostgreSQL's and SQLite's batched write.
+
+    The fence's status travels in each row and is compared as a join condition.
+    Compared with the constant ``'running'``, it let PostgreSQL reach the rows through
+    a status index, walking every running row, whenever statistics taken while
+    nothing ran called that cheap; joined, the rows are found by primary key. The
+    list is a MATERIALIZED CTE because a one-row ``VALUES`` would otherwise be
+    folded back into constants.
+    """
     qn = connection.ops.quote_name
-    parts = batch_parts(connection, model, rows, typed_placeholders=typed)
+    parts = batch_parts(connection, model, rows, typed_placeholders=typed, status_column=True)
     values_sql = ", ".join([f"({', '.join(parts.row_placeholders)})"] * len(rows))
     table = qn(model._meta.db_table)
+    columns = ", ".join(qn(c) for c in parts.row_columns)
     sql = (
-        f"WITH v ({', '.join(qn(c) for c in parts.row_columns)}) AS (VALUES {values_sql}) "
+        f"WITH v ({columns}) AS MATERIALIZED (VALUES {values_sql}) "
         f"UPDATE {table} SET {', '.join(parts.assignments)} FROM v "
         f"WHERE {table}.{qn('id')} = v.{qn('arcature_id')} "
         f"AND {table}.{qn('claim_token')} = v.{qn('arcature_token')} "
-        f"AND {table}.{qn('status')} = %s "
+        f"AND {table}.{qn('status')} = v.{qn('arcature_status')} "
         f"RETURNING {table}.{qn('id')}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*parts.flat_row_params(), *parts.shared_params, "running"])
+        cursor.execute(sql, [*parts.flat_row_params(), *parts.shared_params])
         return {as_uuid(row[0]) for row in cursor.fetchall()}

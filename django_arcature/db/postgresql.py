@@ -68,9 +68,13 @@ class PostgreSQLDriver(Driver):
             materialized="MATERIALIZED",
             now=self.now_sql(),
             expires=self.now_sql(lease_seconds),
+            recheck=False,
         )
 
     def supports_batch_completion(self) -> bool:
+        return True
+
+    def fences_by_join(self) -> bool:
         return True
 
     def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:

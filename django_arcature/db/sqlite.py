@@ -65,11 +65,16 @@ class SQLiteDriver(Driver):
             materialized="",
             now=self.now_sql(),
             expires=self.now_sql(lease_seconds),
+            recheck=True,
         )
 
     def supports_batch_completion(self) -> bool:
         """``UPDATE … FROM`` with ``RETURNING`` needs SQLite 3.35."""
         return sqlite3.sqlite_version_info >= (3, 35, 0)
+
+    def fences_by_join(self) -> bool:
+        """One statement for every fenced write, as on PostgreSQL (where it matters)."""
+        return self.supports_batch_completion()
 
     def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:
         return update_from_values(self.connection, model, rows, typed=False)

@@ -71,6 +71,8 @@ class LeaseWrites(JobWriter):
         self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta
     ) -> bool:
         """Extend a running job's lease from the database's now; False if the claim is lost."""
+        if driver_for(self.db).fences_by_join():
+            return job_id not in self.heartbeat_many([(job_id, claim_token)], lease)
         lease_seconds = whole_seconds(lease)
         rows = _retry_on_lock_conflict(
             self.db,
@@ -89,14 +91,24 @@ class LeaseWrites(JobWriter):
         if not claims:
             return set()
         lease_seconds = whole_seconds(lease)
+        driver = driver_for(self.db)
+        rows = [(job_id, token, lease_fields(lease_seconds)) for job_id, token in claims]
+        size = driver.BATCH_COMPLETION_ROWS
 
         def operation() -> set[uuid.UUID]:
             with transaction.atomic(using=self.db):
-                return {
-                    job_id
-                    for job_id, token in claims
-                    if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
-                }
+                if not driver.fences_by_join():
+                    return {
+                        job_id
+                        for job_id, token in claims
+                        if not self._fenced(job_id, token).update(**lease_fields(lease_seconds))
+                    }
+                # One fenced UPDATE per 500 claims, as for a batched completion: the
+                # same fence on id, token and status, the rows reached by primary key.
+                extended: set[uuid.UUID] = set()
+                for start in range(0, len(rows), size):
+                    extended |= driver.complete_batch(self.model, rows[start : start + size])
+                return {job_id for job_id, _ in claims} - extended
 
         lost = _retry_on_lock_conflict(self.db, operation)
         tokens = dict(claims)
