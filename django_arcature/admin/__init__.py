@@ -186,6 +186,10 @@ class BaseJobAdmin(_ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            # Before anything else: someone who may not see the list learns nothing
+            # from it, not even which actions exist (Django checks this too, later).
+            raise PermissionDenied
         refused = self._refuse_forbidden_action(request)
         if refused is not None:
             return refused

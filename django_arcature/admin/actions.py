@@ -38,6 +38,7 @@ ACTION_LIMIT = 1_000
 #: Skip reasons that are not a status.
 ALREADY_DUE = "already-due"
 CHANGED_MEANWHILE = "changed-meanwhile"
+KEY_HELD = "key-held"
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,8 @@ def _reason_label(reason: str) -> str:
         return str(_("already due"))
     if reason == CHANGED_MEANWHILE:
         return str(_("changed by someone else meanwhile"))
+    if reason == KEY_HELD:
+        return str(_("whose unique key a live job now holds"))
     try:
         return str(JobStatus(reason).label)
     except ValueError:
@@ -182,13 +185,24 @@ def perform(operation: Operation, queryset: QuerySet[Any]) -> Report:
     for job_id, status, available_at in rows[:ACTION_LIMIT]:
         reason = operation.fits(status, available_at, now)
         if reason is None and not operation.apply(job_id):
-            reason = CHANGED_MEANWHILE
+            reason = _why_unchanged(operation, job_id)
         if reason is None:
             report.changed += 1
             report.changed_ids.append(job_id)
         else:
             report.skipped[reason] += 1
     return report
+
+
+def _why_unchanged(operation: Operation, job_id: Any) -> str:
+    """A requeue of a job that is still dead was refused for its unique key (see
+    ``requeue_dead``); anything else the manager refused had changed meanwhile."""
+    if (
+        operation.name == "requeue"
+        and Job.objects.filter(pk=job_id, status=JobStatus.DEAD).exists()
+    ):
+        return KEY_HELD
+    return CHANGED_MEANWHILE
 
 
 def run_for_request(

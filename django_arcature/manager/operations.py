@@ -5,18 +5,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from django_arcature import signals
-from django_arcature.db import DatabaseNow
+from django_arcature.db import DatabaseNow, retry_on_lock_conflict
 from django_arcature.states import ACTIVE_STATUSES, JobStatus
 
 from .base import JobWriter
-
-if TYPE_CHECKING:
-    pass
 
 
 class OperatorWrites(JobWriter):
@@ -40,21 +38,37 @@ class OperatorWrites(JobWriter):
         return rows
 
     def requeue_dead(self, job_id: uuid.UUID) -> int:
-        """dead → pending with a fresh set of attempts; error and failure time cleared."""
-        rows = (
-            self.using(self.db)
-            .filter(id=job_id, status=JobStatus.DEAD)
-            .update(
-                status=JobStatus.PENDING,
-                attempts=0,
-                error_kind="",
-                last_error="",
-                last_traceback="",
-                failed_at=None,
-                finished_at=None,
-                available_at=DatabaseNow(),
-            )
-        )
+        """dead → pending as a new life; 1 if requeued, 0 if not dead or its key is taken.
+
+        A requeued job starts again from nothing: attempts 0, an empty attempt
+        log (a django.tasks result then reports only this life's attempts), no
+        start time, no error. It gets back the unique key it held while alive
+        when that key can be derived again (a ``unique=True`` task's key comes
+        from its arguments); an explicit key given at enqueue was released when
+        the job died and is not stored, so such a job comes back without one.
+        If another live job took the key meanwhile, the requeue is refused and
+        the job stays dead: that job already does this work, and one key has at
+        most one live holder. The unique constraint decides, not a prior read.
+        """
+
+        def operation() -> int:
+            with transaction.atomic(using=self.db):
+                dead = self.using(self.db).filter(id=job_id, status=JobStatus.DEAD)
+                found = dead.select_for_update().values_list("task_name", "payload", "backend")
+                row = found.first()
+                if row is None:
+                    return 0
+                fields = _new_life_fields()
+                key = restorable_unique_key(*row)
+                if key is None:
+                    return dead.update(**fields)
+                try:
+                    with transaction.atomic(using=self.db):
+                        return dead.update(**fields, unique_key=key)
+                except IntegrityError:  # a live job holds the key
+                    return 0
+
+        rows = retry_on_lock_conflict(self.db, operation)
         if rows:
             signals.job_requeued.send(sender=self.model, job_id=job_id)
         return rows
@@ -77,3 +91,47 @@ class OperatorWrites(JobWriter):
             self.using(self.db).filter(status__in=statuses, finished_at__lt=cutoff).delete()
         )
         return deleted
+
+
+def _new_life_fields() -> dict[str, Any]:
+    """What a requeue resets: everything the previous life left behind."""
+    return {
+        "status": JobStatus.PENDING,
+        "attempts": 0,
+        "attempt_log": [],
+        "error_kind": "",
+        "last_error": "",
+        "last_traceback": "",
+        "result": None,
+        "locked_by": "",
+        "locked_at": None,
+        "lease_expires_at": None,
+        "claim_token": None,
+        "started_at": None,
+        "failed_at": None,
+        "finished_at": None,
+        "available_at": DatabaseNow(),
+    }
+
+
+def restorable_unique_key(task_name: str, payload: Any, backend: str) -> str | None:
+    """The unique key a ``unique=True`` task's job held while alive, derived again; else None.
+
+    Only ``@job`` handlers registered in this process can say; a django.tasks
+    row (``backend`` set) never has a derived key.
+    """
+    if backend:
+        return None
+    from django_arcature.exceptions import UnknownTask
+    from django_arcature.registry import get
+
+    try:
+        spec = get(task_name)
+    except UnknownTask:
+        return None
+    if not spec.unique or not isinstance(payload, dict):
+        return None
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    return spec.unique_key(args, kwargs)

@@ -32,6 +32,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_arcature.core.decide import describe_exception
 from django_arcature.core.payloads import check_arguments
 from django_arcature.core.retry import RetryPolicy
+from django_arcature.exceptions import MalformedPayload
 
 from .compat import (
     BaseTaskBackend,
@@ -182,6 +183,15 @@ def _signature_of(func: Callable[..., Any]) -> _Signature:
     return cached
 
 
+class InvalidTaskArguments(MalformedPayload, TypeError):
+    """Arguments a task cannot be enqueued with (not JSON, or not fitting its function).
+
+    A TypeError too, as django.tasks promises for arguments it cannot carry
+    (and as calling the function with them would raise); still a
+    MalformedPayload for code that catches ours.
+    """
+
+
 class ArcatureBackend(BaseTaskBackend):
     """Tasks become rows of django-arcature's job table, run by ``arcature_worker``."""
 
@@ -227,16 +237,19 @@ class ArcatureBackend(BaseTaskBackend):
     def check_arguments(
         self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> None:
-        """Raise MalformedPayload unless the arguments are JSON and fit the function."""
+        """Raise InvalidTaskArguments unless the arguments are JSON and fit the function."""
         found = _signature_of(task.func)
-        check_arguments(
-            task.func,
-            found.signature,
-            found.hints,
-            args,
-            kwargs,
-            skip_first=task.takes_context,
-        )
+        try:
+            check_arguments(
+                task.func,
+                found.signature,
+                found.hints,
+                args,
+                kwargs,
+                skip_first=task.takes_context,
+            )
+        except MalformedPayload as exc:
+            raise InvalidTaskArguments(str(exc)) from exc
 
     def overrides_for(self, task: Task[Any, Any]) -> TaskOverrides:
         """Attempts, timeout and backoff for ``task``: its own fields, TASK_OPTIONS, OPTIONS."""
