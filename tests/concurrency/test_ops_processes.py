@@ -161,6 +161,9 @@ def test_pause_stops_claims_within_a_poll_interval_and_resume_restarts_them(
     )
     assert pause("p")
     paused_at = time.monotonic()
+    # The contract is "within one poll interval" (0.05 s here): a claim that read
+    # the flags just before the pause may still take from the queue until then.
+    time.sleep(0.5)
     waiting = [Job.objects.enqueue("tests.noop", queue="p").pk for _ in range(3)]
     other = Job.objects.enqueue("tests.noop", queue="default")
     wait_until(
