@@ -31,8 +31,11 @@ DEFAULTS: dict[str, Any] = {
     "CONCURRENCY": 4,
     # Attempts a job gets unless its @job or enqueue call says otherwise.
     "MAX_ATTEMPTS": 3,
-    # Default per-attempt timeout in seconds; None means no timeout.
+    # Default per-attempt timeout in seconds (at most MAX_TIMEOUT_SECONDS); None means none.
     "TIMEOUT": None,
+    # Timed-out handler threads a worker may leave running (Python cannot stop a
+    # thread) before it stops claiming and exits non-zero, to be restarted clean.
+    "MAX_ABANDONED_THREADS": 10,
     # Exponential backoff between attempts: base * factor ** (attempt - 1), capped, jittered.
     "RETRY_BASE_SECONDS": 2.0,
     "RETRY_FACTOR": 2.0,
@@ -80,6 +83,7 @@ class ArcatureSettings:
     concurrency: int = DEFAULTS["CONCURRENCY"]
     max_attempts: int = DEFAULTS["MAX_ATTEMPTS"]
     timeout: float | None = DEFAULTS["TIMEOUT"]
+    max_abandoned_threads: int = DEFAULTS["MAX_ABANDONED_THREADS"]
     retry_base_seconds: float = DEFAULTS["RETRY_BASE_SECONDS"]
     retry_factor: float = DEFAULTS["RETRY_FACTOR"]
     retry_max_seconds: float = DEFAULTS["RETRY_MAX_SECONDS"]
@@ -108,6 +112,20 @@ def _is_number(value: object) -> bool:
 #: delays the recovery of a crashed worker's jobs.
 MAX_LEASE_SECONDS = 7 * 24 * 3600
 
+#: The longest per-attempt timeout anywhere it is declared: a week. Waiting on a
+#: thread for more than about 9.2e9 s overflows, and no attempt needs more than
+#: a week (leave the timeout unset for work with no bound).
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+def is_valid_timeout(value: object) -> bool:
+    """None, or a finite number of seconds above 0 and at most ``MAX_TIMEOUT_SECONDS``."""
+    return value is None or (_is_number(value) and 0 < value <= MAX_TIMEOUT_SECONDS)  # type: ignore[operator]
+
+
+#: How to write a valid timeout, for every message that refuses one.
+TIMEOUT_EXPECTED = f"None or a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS} (a week)"
+
 # key -> (check, what to write instead). Each check gets the value.
 _RULES: dict[str, tuple[Any, str]] = {
     "LEASE_SECONDS": (
@@ -127,9 +145,10 @@ _RULES: dict[str, tuple[Any, str]] = {
         lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
         "a whole number, at least 1 (e.g. 3)",
     ),
-    "TIMEOUT": (
-        lambda v: v is None or (_is_number(v) and v > 0),
-        "None or a number of seconds above 0 (e.g. 60)",
+    "TIMEOUT": (is_valid_timeout, f"{TIMEOUT_EXPECTED}, e.g. 60"),
+    "MAX_ABANDONED_THREADS": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10_000,
+        "a whole number of threads from 0 to 10000 (e.g. 10)",
     ),
     "RETRY_BASE_SECONDS": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
     "RETRY_FACTOR": (lambda v: _is_number(v) and v >= 1, "a number, 1 or more (e.g. 2.0)"),

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
+from .conf import TIMEOUT_EXPECTED, is_valid_timeout
 from .core.payloads import check_arguments, ensure_json, resolve_hints, to_json_text
 from .core.retry import RetryPolicy
 from .exceptions import MalformedPayload, UnknownTask
@@ -325,12 +326,8 @@ def _check_options(
         raise ImproperlyConfigured(
             f"@job(retry=...) must be a django_arcature.RetryPolicy, not {retry!r}"
         )
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-    ):
-        raise ImproperlyConfigured(
-            f"@job(timeout=...) must be a positive number of seconds or None, not {timeout!r}"
-        )
+    if not is_valid_timeout(timeout):
+        raise ImproperlyConfigured(f"@job(timeout=...) must be {TIMEOUT_EXPECTED}, not {timeout!r}")
 
 
 def register(spec: JobSpec) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,10 @@ class ClaimedJob:
     available_at: datetime | None = None
     #: The enqueuing span's context, when tracing is on (django_arcature.contrib.otel).
     trace_context: dict[str, Any] = field(default_factory=dict)
+
+    #: Why the stored row could not be read ("" when it could). Such a job is
+    #: never run: the worker writes it off as ``dead`` ``malformed`` with this reason.
+    undecodable: str = ""
 
     def log_extra(self) -> dict[str, Any]:
         """The ``extra`` fields of every log record about this job (job id, task, queue,
@@ -58,6 +65,15 @@ CLAIM_COLUMNS = (
 )
 
 
+#: Columns a claim reads as text, and those of them that hold JSON. The trace
+#: context only serves tracing: when it cannot be read it is dropped, and the job runs.
+TEXT_COLUMNS = frozenset(
+    {"task_name", "queue", "payload", "backend", "attempt_log", "trace_context"}
+)
+JSON_COLUMNS = frozenset({"payload", "attempt_log", "trace_context"})
+_OPTIONAL_COLUMNS = frozenset({"trace_context"})
+
+
 def as_uuid(value: object) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
@@ -77,30 +93,139 @@ def _as_json(value: object) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+class _Unreadable(ValueError):
+    """One column of a claimed row could not be decoded; the message says which and why."""
+
+
+def _text(column: str, value: object) -> Any:
+    """A text column as ``str``. SQLite hands it over as bytes, so that text that is
+    not UTF-8 fails here, for this row alone, instead of failing the whole fetch."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        return value
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Unreadable(
+            f"its {column} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
+
+
+def _json(column: str, value: object) -> Any:
+    """A JSON column decoded, or the reason it cannot be (deep nesting, huge integers…)."""
+    try:
+        return _as_json(value)
+    except RecursionError:
+        raise _Unreadable(f"its {column} is JSON nested too deeply to decode") from None
+    except (ValueError, TypeError) as exc:
+        raise _Unreadable(f"its {column} is not JSON that Python can read: {exc}") from None
+
+
 def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> ClaimedJob:
-    """Build the claimed job from a row of ``CLAIM_COLUMNS``.
+    """Build the claimed job from a row of ``CLAIM_COLUMNS``; a bad column marks it, no more.
 
     Rows from a raw cursor carry JSON columns as text (Django has the drivers
     leave decoding to the field); rows from ``values_list`` are decoded already,
     and decoding those again would turn a payload that is a bare JSON string
     into something else, or fail. ``json_decoded`` says which kind this is.
+
+    A row this process cannot read (text that is not UTF-8, JSON nested deeper
+    than Python decodes, an integer with more digits than Python converts)
+    comes back with ``undecodable`` saying why, so that the worker writes that
+    one job off as ``malformed`` and runs the rest of its batch. Only an id or
+    claim token that is not a UUID raises: without them no write can be fenced.
     """
     values = dict(zip(CLAIM_COLUMNS, row, strict=True))
-    decode = (lambda value: value) if json_decoded else _as_json
-    log = decode(values["attempt_log"])
-    trace_context = decode(values["trace_context"])
+    job_id = as_uuid(values["id"])
+    token = as_uuid(values["claim_token"])
+    problems: list[str] = []
+    decoded: dict[str, Any] = {}
+    for column in CLAIM_COLUMNS:
+        if column not in TEXT_COLUMNS:
+            continue
+        try:
+            value = _text(column, values[column])
+            if column in JSON_COLUMNS and not json_decoded:
+                value = _json(column, value)
+        except _Unreadable as exc:
+            if column not in _OPTIONAL_COLUMNS:
+                problems.append(str(exc))
+            value = None
+        decoded[column] = value
+    trace_context = decoded["trace_context"]
+    name = decoded["task_name"]
+    if not isinstance(name, str):  # kept readable for the logs and the admin
+        name = bytes(values["task_name"]).decode("utf-8", "replace")
+    log = decoded["attempt_log"]
     return ClaimedJob(
-        id=as_uuid(values["id"]),
-        task_name=values["task_name"],
-        queue=values["queue"],
+        id=job_id,
+        task_name=name,
+        queue=decoded["queue"] if isinstance(decoded["queue"], str) else "",
         priority=values["priority"],
-        payload=decode(values["payload"]),
+        payload=decoded["payload"],
         attempts=values["attempts"],
         max_attempts=values["max_attempts"],
-        claim_token=as_uuid(values["claim_token"]),
+        claim_token=token,
         lease_seconds=values["lease_seconds"],
-        backend=values["backend"] or "",
+        backend=decoded["backend"] or "",
         attempt_log=log if isinstance(log, list) else [],
         available_at=_as_datetime(values["available_at"]),
         trace_context=trace_context if isinstance(trace_context, dict) else {},
+        undecodable=(
+            "the stored job could not be read: " + "; ".join(problems) if problems else ""
+        ),
+    )
+
+
+def claimed_from_rows(
+    rows: Iterable[Sequence[Any]], *, json_decoded: bool = False
+) -> list[ClaimedJob]:
+    """:func:`claimed_from_row` for a claimed batch; a row without a usable id is left out.
+
+    No write can be fenced on such a row: it stays ``running`` until its lease
+    expires and a sweep counts the attempt, as if its worker had died. The rest
+    of the batch is returned, so it runs.
+    """
+    claimed = []
+    for row in rows:
+        try:
+            claimed.append(claimed_from_row(row, json_decoded=json_decoded))
+        except Exception:
+            logger.exception("a claimed row has no usable id or claim token: %r", list(row[:1]))
+    return claimed
+
+
+def claim_select_columns(vendor: str) -> list[Any]:
+    """``CLAIM_COLUMNS`` for ``values_list``, with the JSON left undecoded.
+
+    The ORM decodes JSON while fetching, where one row that cannot be decoded
+    fails the whole query (and on MySQL/MariaDB, the claim's transaction, so
+    the same poison row would block every claim); :func:`claimed_from_row`
+    decodes each row itself. On SQLite every text column comes as bytes for the
+    same reason: its driver refuses text that is not UTF-8 while fetching.
+    """
+    from django.db.models import BinaryField, TextField
+    from django.db.models.functions import Cast
+
+    columns: list[Any] = []
+    for column in CLAIM_COLUMNS:
+        if vendor == "sqlite" and column in TEXT_COLUMNS:
+            columns.append(Cast(column, BinaryField()))
+        elif column in JSON_COLUMNS:
+            columns.append(Cast(column, TextField()))
+        else:
+            columns.append(column)
+    return columns
+
+
+def returning_columns(vendor: str, quote: Any, prefix: str = "") -> str:
+    """The ``RETURNING`` list of a raw claim (``prefix``: the table, where it must be named).
+
+    SQLite's text comes back as bytes, decoded row by row: text that is not UTF-8
+    would otherwise fail the whole fetch, after the claim was made.
+    """
+    return ", ".join(
+        f"CAST({prefix}{quote(c)} AS BLOB)"
+        if vendor == "sqlite" and c in TEXT_COLUMNS
+        else prefix + quote(c)
+        for c in CLAIM_COLUMNS
     )

@@ -18,7 +18,13 @@ from django.db.models import Q
 
 from .base import ClaimedFields, CompletionRow, Driver
 from .batch import batch_parts
-from .claimed import CLAIM_COLUMNS, ClaimedJob, as_uuid, claimed_from_row
+from .claimed import (
+    CLAIM_COLUMNS,
+    ClaimedJob,
+    as_uuid,
+    claim_select_columns,
+    claimed_from_rows,
+)
 from .clock import DatabaseNow
 from .rows import Converter, prepare_rows
 
@@ -64,8 +70,12 @@ class MySQLDriver(Driver):
                 candidates = candidates.filter(queue__in=queues)
             if exclude:
                 candidates = candidates.exclude(queue__in=exclude)
+            # JSON stays undecoded here: one row that cannot be decoded must not fail
+            # (and, on every retry, block) the claim of the whole batch.
             rows = list(
-                candidates.order_by("-priority", "available_at").values_list(*CLAIM_COLUMNS)[:batch]
+                candidates.order_by("-priority", "available_at").values_list(
+                    *claim_select_columns(self.vendor)
+                )[:batch]
             )
             if not rows:
                 return []
@@ -82,14 +92,14 @@ class MySQLDriver(Driver):
             )
             if updated != len(rows):  # the rows are locked by us: this would be a bug
                 raise RuntimeError(f"claimed {updated} of {len(rows)} locked rows")
-        claimed = []
+        stamped = []
         for row in rows:
             values = list(row)
             values[CLAIM_COLUMNS.index("attempts")] += 1
             values[CLAIM_COLUMNS.index("claim_token")] = tokens[row[0]]
             values[CLAIM_COLUMNS.index("lease_seconds")] = lease_seconds
-            claimed.append(claimed_from_row(values, json_decoded=True))
-        return claimed
+            stamped.append(values)
+        return claimed_from_rows(stamped)
 
     def supports_batch_completion(self) -> bool:
         return True

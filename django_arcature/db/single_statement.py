@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .claimed import CLAIM_COLUMNS, ClaimedJob, claimed_from_row
+from .claimed import CLAIM_COLUMNS, ClaimedJob, claimed_from_rows, returning_columns
 
 
 def claim_with_cte(
@@ -62,7 +62,7 @@ def claim_with_cte(
     else:
         target = f"FROM picked WHERE {qn(table)}.{qn('id')} = picked.{qn('id')}"
         prefix = f"{qn(table)}."
-    returning = ", ".join(prefix + qn(c) for c in CLAIM_COLUMNS)
+    returning = returning_columns(connection.vendor, qn, prefix)
     sql = f"""
         WITH picked AS {materialized} (
             SELECT {qn("id")} FROM {qn(table)}
@@ -89,4 +89,4 @@ def claim_with_cte(
     priority = CLAIM_COLUMNS.index("priority")
     available_at = CLAIM_COLUMNS.index("available_at")
     rows.sort(key=lambda row: (-row[priority], row[available_at]))
-    return [claimed_from_row(row) for row in rows]
+    return claimed_from_rows(rows)

@@ -12,8 +12,9 @@ from django.db.models import F
 
 from django_arcature import signals
 from django_arcature.core.decide import ErrorKind as DecidedErrorKind
-from django_arcature.db import CLAIM_COLUMNS, ClaimedJob, DatabaseNow, claimed_from_row, driver_for
+from django_arcature.db import ClaimedJob, DatabaseNow, claimed_from_row, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.db.claimed import claim_select_columns
 from django_arcature.states import JobStatus
 from django_arcature.transitions import (
     ClaimTransition,
@@ -220,14 +221,14 @@ class LeaseWrites(JobWriter):
                 )
                 if not updated:
                     return None
-                # Through the ORM, so JSON columns arrive decoded on every database.
+                # JSON undecoded: a row that cannot be decoded is marked, not raised.
                 row = (
                     self.using(self.db)
                     .filter(id=job_id, claim_token=token)
-                    .values_list(*CLAIM_COLUMNS)
+                    .values_list(*claim_select_columns(connections[self.db].vendor))
                     .get()
                 )
-            return claimed_from_row(row, json_decoded=True)
+            return claimed_from_row(row)
 
         claimed = _retry_on_lock_conflict(self.db, operation)
         if claimed is not None:

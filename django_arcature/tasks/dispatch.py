@@ -69,11 +69,9 @@ class ReturnValueNotJSON(TypeError):
 def dispatch(
     claimed: ClaimedJob, *, worker_id: str, cancel_event: threading.Event | None
 ) -> DispatchOutcome:
-    """Never raises (except KeyboardInterrupt): every failure is an outcome to record."""
+    """Never raises: every failure is an outcome to record, a BaseException a panic."""
     try:
         return _dispatch(claimed, worker_id, cancel_event)
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # a signal receiver or the backend itself failed
         logger.exception(
             "job %s (%s): the backend failed around the task",
@@ -111,9 +109,7 @@ def _dispatch(
     _send(task_started, sender, result)
     try:
         raw = _call(task, result, args, kwargs, cancel_event)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit too: this attempt's panic
         outcome = _failure(exc)
         _record_failure(result, exc, final=_is_final(outcome, claimed))
         _send(task_finished, sender, result)

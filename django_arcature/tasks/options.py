@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from django_arcature.conf import default_retry_policy
+from django_arcature.conf import TIMEOUT_EXPECTED, default_retry_policy, is_valid_timeout
 from django_arcature.core.retry import RetryPolicy
 
 #: Keys of ``OPTIONS`` this backend understands.
@@ -73,9 +73,9 @@ def check_max_attempts(value: object, where: str) -> list[str]:
 
 
 def check_timeout(value: object, where: str) -> list[str]:
-    if value is None or (_is_number(value) and value > 0):  # type: ignore[operator]
+    if is_valid_timeout(value):
         return []
-    return [f"{where} must be None or a number of seconds above 0 (got {value!r})."]
+    return [f"{where} must be {TIMEOUT_EXPECTED} (got {value!r})."]
 
 
 def parse_retry(value: object, where: str, problems: list[str]) -> RetryPolicy | None:

@@ -14,6 +14,7 @@ import asyncio
 import contextvars
 import importlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,12 @@ from django.db import connections
 from django.utils import timezone
 
 from django_arcature import registry, signals
-from django_arcature.conf import ArcatureSettings, default_retry_policy, get_settings
+from django_arcature.conf import (
+    MAX_TIMEOUT_SECONDS,
+    ArcatureSettings,
+    default_retry_policy,
+    get_settings,
+)
 from django_arcature.context import JobContext, activate, deactivate
 from django_arcature.core.decide import (
     Dead,
@@ -53,17 +59,52 @@ logger = logging.getLogger(__name__)
 #: such a row is claimed: it needs the tasks framework, which a project may not have.
 TASKS_DISPATCH = "django_arcature.tasks.dispatch"
 
-__all__ = ["WorkerShutdown", "process", "run_handler"]
+__all__ = [
+    "AttemptPlan",
+    "WorkerShutdown",
+    "attempt_finished",
+    "check_timeout",
+    "plan_attempt",
+    "process",
+    "run_handler",
+    "timeout_completion",
+]
 
 
 class WorkerShutdown(BaseException):
-    """Raised by the worker itself to stop at once; never recorded as the job's failure."""
+    """Kept for compatibility; nothing raises it any more.
+
+    It used to pass through the dispatcher to stop a worker. Now every
+    BaseException raised while a handler runs ends that attempt as ``panic``:
+    only a signal sent to the worker process stops the worker.
+    """
 
 
-#: Exceptions that are the process being stopped, not the handler failing.
-_PASS_THROUGH: tuple[type[BaseException], ...] = (WorkerShutdown, KeyboardInterrupt)
+#: How long past its deadline an ``async def`` attempt may take to unwind after its
+#: cancellation, before the thread waiting for it gives up on a loop that is blocked.
+ASYNC_GRACE_SECONDS = 1.0
 
 _UNSET: Any = object()
+
+
+def check_timeout(timeout: object) -> None:
+    """Refuse a timeout no attempt can be given: not a number, not above 0, or past the bound.
+
+    Waiting on a thread for more than about 9.2e9 s overflows, which used to turn
+    every attempt into a ``panic``; no job needs more than a week per attempt.
+    """
+    if timeout is None:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not 0 < timeout <= MAX_TIMEOUT_SECONDS
+    ):
+        raise ValueError(
+            f"timeout must be None or a number of seconds above 0 and at most "
+            f"{MAX_TIMEOUT_SECONDS} (a week), not {timeout!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -74,6 +115,8 @@ class _Resolved:
 
 
 def _resolve(claimed: ClaimedJob) -> _Resolved | DispatchOutcome:
+    if claimed.undecodable:
+        return Malformed(claimed.undecodable)
     try:
         spec = registry.get(claimed.task_name)
     except UnknownTask:
@@ -94,17 +137,26 @@ def run_handler(
     worker_id: str = "",
     context: JobContext | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
+    supervised: bool = False,
 ) -> DispatchOutcome:
-    """Run the handler for ``claimed`` and classify the result.
+    """Run the handler for ``claimed`` and classify the result; never raises for the handler.
+
+    Whatever the handler raises, ``KeyboardInterrupt`` and ``SystemExit``
+    included, becomes an outcome: a BaseException is a :class:`Panic`.
 
     ``timeout`` bounds the attempt: past it the outcome is :class:`Timeout` and
-    the handler is asked to stop (``current_job().cancelled``); a sync handler
-    that ignores the request keeps its thread until it returns, but whatever it
-    does then cannot complete the job. ``loop``, when given, is a running event
-    loop in another thread on which ``async def`` handlers run; without it each
-    async handler gets a fresh loop. ``context`` (or ``cancel_event``) is how the
-    caller tells the handler its claim was lost.
+    the handler is asked to stop (``current_job().cancelled``). An ``async def``
+    handler is cancelled at its next ``await``; a handler that does not stop (a
+    sync one ignoring the request, or an async one blocking its event loop)
+    keeps its thread until it returns, but whatever it does then cannot complete
+    the job. Unless ``supervised``, a timed attempt therefore runs on a thread of
+    its own that the caller stops waiting for. ``supervised=True`` is for a
+    caller that watches the deadline itself (the worker): the attempt runs on
+    the calling thread, and an ``async def`` handler on ``loop``, an event loop
+    this thread owns. ``context`` (or ``cancel_event``) is how the caller tells
+    the handler its claim was lost.
     """
+    check_timeout(timeout)
     if context is None:
         context = JobContext(
             job_id=claimed.id,
@@ -115,12 +167,14 @@ def run_handler(
             worker_id=worker_id,
             cancel_event=cancel_event or threading.Event(),
         )
+    if claimed.undecodable:
+        return Malformed(claimed.undecodable)
     if claimed.backend:
-        return _run_task_backend_job(claimed, timeout, context)
+        return _run_task_backend_job(claimed, timeout, context, supervised)
     resolved = _resolve(claimed)
     if not isinstance(resolved, _Resolved):
         return resolved
-    return _run_resolved(resolved, timeout, context, loop)
+    return _run_resolved(resolved, timeout, context, loop, supervised)
 
 
 def _run_resolved(
@@ -128,21 +182,22 @@ def _run_resolved(
     timeout: float | None,
     context: JobContext,
     loop: asyncio.AbstractEventLoop | None,
+    supervised: bool,
 ) -> DispatchOutcome:
     spec = resolved.spec
     if spec.is_async:
-        return _run_async(resolved, timeout, context, loop)
+        return _run_async(resolved, timeout, context, loop, supervised)
 
     def call() -> DispatchOutcome:
         return _classify(spec.name, lambda: spec.func(*resolved.args, **resolved.kwargs))
 
-    if timeout is None:
+    if timeout is None or supervised:
         return _in_context(context, call)
     return _with_timeout(context, call, timeout)
 
 
 def _run_task_backend_job(
-    claimed: ClaimedJob, timeout: float | None, context: JobContext
+    claimed: ClaimedJob, timeout: float | None, context: JobContext, supervised: bool
 ) -> DispatchOutcome:
     """Rows enqueued through ``django.tasks`` are run by the backend module."""
     try:
@@ -155,24 +210,27 @@ def _run_task_backend_job(
             outcome: DispatchOutcome = dispatch_task_job(
                 claimed, worker_id=context.worker_id, cancel_event=context.cancel_event
             )
-        except _PASS_THROUGH:
-            raise
         except Exception as exc:
             return HandlerError.from_exception(exc)
         except BaseException as exc:
             return Panic.from_exception(exc)
         return outcome
 
-    if timeout is None:
+    if timeout is None or supervised:
         return _in_context(context, call)
     return _with_timeout(context, call, timeout)
 
 
 def _classify(name: str, call: Callable[[], Any]) -> DispatchOutcome:
+    """Call the handler; an ``Exception`` is its error, any other BaseException a panic.
+
+    ``KeyboardInterrupt``, ``SystemExit`` and ``GeneratorExit`` raised by handler
+    code end this attempt and nothing else: a worker runs handlers off its main
+    thread, where no signal is ever delivered, so they cannot be the worker
+    being stopped.
+    """
     try:
         value = call()
-    except _PASS_THROUGH:
-        raise
     except Exception as exc:
         return HandlerError.from_exception(exc)
     except BaseException as exc:
@@ -210,21 +268,25 @@ def _in_context(context: JobContext, call: Callable[[], DispatchOutcome]) -> Dis
 
 
 def _with_timeout(
-    context: JobContext, call: Callable[[], DispatchOutcome], timeout: float
+    context: JobContext,
+    call: Callable[[], DispatchOutcome],
+    timeout: float,
+    grace: float = 0.0,
 ) -> DispatchOutcome:
     """Run ``call`` on its own thread and stop waiting for it after ``timeout`` seconds.
 
     Python cannot kill a thread, so an attempt that runs over is abandoned: the
     caller gets :class:`Timeout` at once, the handler is told through its
-    context, and the thread ends whenever the handler returns.
+    context, and the thread ends whenever the handler returns. ``grace`` is
+    extra time for an attempt that stops itself at its deadline (an async one).
     """
-    box: list[DispatchOutcome | BaseException] = []
+    box: list[DispatchOutcome] = []
 
     def target() -> None:
         try:
             box.append(_in_context(context, call))
-        except BaseException as exc:  # pass-through exceptions travel back to the caller
-            box.append(exc)
+        except BaseException as exc:  # ours, around the handler: still this attempt's panic
+            box.append(Panic.from_exception(exc))
         finally:
             connections.close_all()  # this thread's connections die with it
 
@@ -236,7 +298,7 @@ def _with_timeout(
         daemon=True,
     )
     thread.start()
-    thread.join(timeout)
+    thread.join(timeout + grace)
     if thread.is_alive() or not box:
         context.cancel("timeout")
         logger.warning(
@@ -252,10 +314,7 @@ def _with_timeout(
             },
         )
         return Timeout(timeout)
-    result = box[0]
-    if isinstance(result, BaseException):
-        raise result
-    return result
+    return box[0]
 
 
 def _run_async(
@@ -263,42 +322,71 @@ def _run_async(
     timeout: float | None,
     context: JobContext,
     loop: asyncio.AbstractEventLoop | None,
+    supervised: bool,
 ) -> DispatchOutcome:
+    """Run an ``async def`` handler so that neither its errors nor a blocked loop escape.
+
+    The attempt is cancelled at its deadline (``asyncio.timeout``), which stops a
+    handler that awaits. One that blocks its event loop never reaches an
+    ``await``: unless the caller watches the deadline itself (``supervised``),
+    a timed attempt runs on a loop in a thread of its own, which is abandoned
+    when the deadline (plus a short grace) has passed.
+    """
     spec = resolved.spec
 
     async def attempt() -> DispatchOutcome:
+        # Everything is caught in here: a KeyboardInterrupt or SystemExit that
+        # reached the event loop would stop the loop itself, not just this task.
         token = activate(context)  # this task's own copy of the context variables
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
                 value = await spec.func(*resolved.args, **resolved.kwargs)
-        except TimeoutError:
+        except TimeoutError as exc:
             if timeout is not None and deadline.expired():  # ours, not the handler's own
                 context.cancel("timeout")
                 return Timeout(timeout)
-            raise
+            return HandlerError.from_exception(exc)
+        except Exception as exc:
+            return HandlerError.from_exception(exc)
+        except BaseException as exc:
+            return Panic.from_exception(exc)
         finally:
             deactivate(token)
         return _succeeded(spec.name, value)
 
-    def run() -> DispatchOutcome:
-        if loop is not None:
-            return asyncio.run_coroutine_threadsafe(attempt(), loop).result()
+    def on_fresh_loop() -> DispatchOutcome:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(attempt())
         # Called from inside a running loop (an async test): use a loop of our own.
         box: list[DispatchOutcome] = []
-        helper = threading.Thread(target=lambda: box.append(asyncio.run(attempt())))
+
+        def target() -> None:
+            try:
+                box.append(asyncio.run(attempt()))
+            except BaseException as exc:
+                box.append(Panic.from_exception(exc))
+
+        helper = threading.Thread(target=target, name=f"arcature-async-{context.job_id}")
         helper.start()
         helper.join()
         return box[0]
 
+    def run() -> DispatchOutcome:
+        if loop is not None:
+            if loop.is_running():  # a loop serving other threads (the old worker's way)
+                return asyncio.run_coroutine_threadsafe(attempt(), loop).result()
+            return loop.run_until_complete(attempt())
+        if timeout is not None and not supervised:
+            return _with_timeout(
+                context, lambda: asyncio.run(attempt()), timeout, grace=ASYNC_GRACE_SECONDS
+            )
+        return on_fresh_loop()
+
     try:
         return run()
-    except _PASS_THROUGH:
-        raise
     except Exception as exc:
         return HandlerError.from_exception(exc)
     except BaseException as exc:
@@ -319,6 +407,7 @@ def process(
     context: JobContext | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
     settings: ArcatureSettings | None = None,
+    supervised: bool = False,
 ) -> Completion:
     """Run ``claimed`` and return the fenced completion to write for it.
 
@@ -328,13 +417,12 @@ def process(
     ``policy`` defaults to the job's ``@job(retry=...)`` or the ARCATURE
     backoff; ``timeout`` defaults to the job's ``@job(timeout=...)`` or
     ``ARCATURE['TIMEOUT']`` (pass ``None`` explicitly for no timeout).
+    ``supervised`` and ``loop``: see :func:`run_handler`.
     """
-    conf = settings or get_settings()
-    spec = _spec_or_none(claimed)
-    declared_timeout, declared_retry = _declared(claimed, spec)
+    check_timeout(None if timeout is _UNSET else timeout)
+    plan = plan_attempt(claimed, settings or get_settings())
     if timeout is _UNSET:
-        timeout = declared_timeout or conf.timeout
-    policy = policy or declared_retry
+        timeout = plan.timeout
     signals.notify(signals.job_attempt_started, ClaimedJob, job=claimed, worker_id=worker_id)
     started = time.perf_counter()
     outcome = run_handler(
@@ -344,11 +432,24 @@ def process(
         worker_id=worker_id,
         context=context,
         loop=loop,
+        supervised=supervised,
     )
     seconds = time.perf_counter() - started
     completion = completion_for(
-        claimed, outcome, worker_id=worker_id, now=now, policy=policy, spec=spec
+        claimed,
+        outcome,
+        worker_id=worker_id,
+        now=now,
+        policy=policy or plan.policy,
+        spec=plan.spec,
     )
+    if not supervised:  # a supervising worker reports the attempt once its deadline is settled
+        attempt_finished(claimed, completion, seconds)
+    return completion
+
+
+def attempt_finished(claimed: ClaimedJob, completion: Completion, seconds: float) -> None:
+    """Send ``job_attempt_finished`` for one attempt (what it came to, and how long it ran)."""
     signals.notify(
         signals.job_attempt_finished,
         ClaimedJob,
@@ -356,7 +457,43 @@ def process(
         completion=completion,
         seconds=seconds,
     )
-    return completion
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    """What a claimed job's attempt is allowed before it runs: its deadline and its backoff.
+
+    The worker reads it to watch the deadline, and to decide a timeout itself
+    when the attempt does not come back in time.
+    """
+
+    timeout: float | None
+    policy: RetryPolicy | None
+    spec: registry.JobSpec | None
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` handler, which stops itself at its deadline if it awaits."""
+        return self.spec is not None and self.spec.is_async
+
+
+def plan_attempt(claimed: ClaimedJob, settings: ArcatureSettings) -> AttemptPlan:
+    """The job's timeout (``@job``, the django.tasks backend's, or ``ARCATURE``) and backoff."""
+    spec = None if claimed.undecodable else _spec_or_none(claimed)
+    declared_timeout, declared_retry = (
+        (None, None) if claimed.undecodable else _declared(claimed, spec)
+    )
+    return AttemptPlan(
+        timeout=declared_timeout or settings.timeout, policy=declared_retry, spec=spec
+    )
+
+
+def timeout_completion(claimed: ClaimedJob, plan: AttemptPlan, *, worker_id: str) -> Completion:
+    """The fenced write for an attempt whose deadline passed before it came back."""
+    assert plan.timeout is not None
+    return completion_for(
+        claimed, Timeout(plan.timeout), worker_id=worker_id, policy=plan.policy, spec=plan.spec
+    )
 
 
 def _declared(

@@ -62,4 +62,12 @@ def run_job(
         raise JobNotPending(f"job {job_id} {state}; only a pending job can be run")
     completion = dispatch.process(claimed, worker_id=worker, now=now, timeout=timeout)
     manager.complete_many([completion])
+    if claimed.undecodable:
+        # Written off as malformed: loading the columns that could not be read would
+        # fail again, so they are left to load (and fail) only if asked for.
+        return manager.defer(*_UNREADABLE_COLUMNS).get(pk=job_id)
     return manager.get(pk=job_id)
+
+
+#: The columns a claimed row may hold in a form this process cannot decode.
+_UNREADABLE_COLUMNS = ("task_name", "queue", "payload", "backend")

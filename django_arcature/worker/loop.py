@@ -14,7 +14,6 @@ lease that any worker's sweep turns back into ``pending``.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
@@ -29,13 +28,12 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, close_old_connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError
 from django.db import connections as db_connections
 
 from django_arcature import registry
 from django_arcature.conf import get_settings
 from django_arcature.context import JobContext
-from django_arcature.core.decide import Panic
 from django_arcature.db import ClaimedJob
 from django_arcature.duties import Duties
 from django_arcature.hints import HintReceiver
@@ -43,14 +41,14 @@ from django_arcature.queues.gate import QueueGate
 from django_arcature.recycling import Drain, Recycler, pending_left
 from django_arcature.transitions import ClaimTransition, Completion
 
-from .dispatch import completion_for, process
+from .handlers import EXIT_TOO_MANY_ABANDONED_THREADS, HandlerThreads
 from .wakeup import Listener
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-__all__ = ["Worker", "WorkerStats", "default_worker_id"]
+__all__ = ["EXIT_TOO_MANY_ABANDONED_THREADS", "Worker", "WorkerStats", "default_worker_id"]
 
 #: Jobs shorter than this (moving average) let the worker claim ahead of its threads.
 FAST_JOB_SECONDS = 0.05
@@ -116,7 +114,7 @@ class _Fault:
     failures: int = 0
 
 
-class Worker:
+class Worker(HandlerThreads):
     """Runs jobs until stopped (SIGTERM/SIGINT, :meth:`stop`, ``burst``, ``max_jobs``).
 
     Every option defaults to the ``ARCATURE`` setting of the same meaning.
@@ -177,7 +175,6 @@ class Worker:
         self._duties = Duties(self.using) if duties else None
         self._recycler = Recycler(max_memory_mb=max_memory_mb, max_runtime=max_runtime)
         self._drain = Drain(drain_timeout) if drain else None
-        self.exit_status = 0
 
         self.stats = WorkerStats()
         self._inflight: dict[uuid.UUID, _InFlight] = {}
@@ -187,9 +184,7 @@ class Worker:
         # finished jobs, notifications, signals (SimpleQueue.put is reentrant).
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._finished: list[_Done] = []
-        self._threads: list[threading.Thread] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
+        self._init_handler_threads()
         self._listener: Listener | None = None
         self._hints: HintReceiver | None = None
         self._fault = _Fault()
@@ -236,7 +231,7 @@ class Worker:
             self._shutdown_threads()
             self._restore_signals(previous)
             logger.info("worker %s stopped: %s", self.worker_id, self.stats.summary())
-        return self.exit_status
+        return self._exit_status
 
     # --- the loop ------------------------------------------------------------------
 
@@ -538,7 +533,8 @@ class Worker:
             return True
         if self._drain.timed_out():
             logger.warning("drain timed out with %s job(s) still pending or running", left)
-            self.exit_status = 1
+            if not self._exit_status:
+                self._exit_status = 1
             return True
         return False
 
@@ -636,18 +632,7 @@ class Worker:
     # --- threads ------------------------------------------------------------------------------
 
     def _start_threads(self) -> None:
-        for index in range(self.concurrency):
-            thread = threading.Thread(
-                target=self._serve, name=f"arcature-handler-{index}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._loop_thread = threading.Thread(
-            target=loop.run_forever, name="arcature-async", daemon=True
-        )
-        self._loop_thread.start()
+        self._start_handlers()
         if self.listen and Listener.supported(self.using):
             self._listener = Listener(self.using, lambda: self._events.put("notify"))
             self._listener.start()
@@ -657,59 +642,16 @@ class Worker:
                 self._hints = None
 
     def _shutdown_threads(self) -> None:
-        for _ in self._threads:
-            self._todo.put(None)
-        deadline = time.monotonic() + 1.0
-        for thread in self._threads:
-            thread.join(max(deadline - time.monotonic(), 0))
+        self._stop_handlers()
         if self._listener is not None:
             self._listener.close()
         if self._hints is not None:
             self._hints.close()
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._loop_thread is not None:
-                self._loop_thread.join(1.0)
-            if not self._loop.is_running():
-                self._loop.close()
 
-    def _serve(self) -> None:
-        """A handler thread: run jobs from the queue until told to stop."""
-        conf = self.conf
-        try:
-            while True:
-                entry = self._todo.get()
-                if entry is None:
-                    return
-                with self._lock:
-                    if entry.skipped:
-                        continue
-                    entry.started = True
-                close_old_connections()
-                started = time.perf_counter()
-                try:
-                    completion = process(
-                        entry.job,
-                        worker_id=self.worker_id,
-                        context=entry.context,
-                        loop=self._loop,
-                        settings=conf,
-                    )
-                except Exception as exc:  # a bug of ours while running it: never lose the job
-                    logger.exception(
-                        "job %s failed inside the worker", entry.job.id, extra=entry.job.log_extra()
-                    )
-                    completion = completion_for(
-                        entry.job, Panic.from_exception(exc), worker_id=self.worker_id
-                    )
-                finally:
-                    close_old_connections()
-                seconds = time.perf_counter() - started
-                entry.done = True
-                self._note_duration(seconds)
-                self._events.put(_Done(entry.job.id, completion, seconds))
-        finally:
-            db_connections.close_all()
+    def _hand_over(self, entry: _InFlight, completion: Completion, seconds: float) -> None:
+        """A handler thread (or the watchdog) passes a finished attempt to the main loop."""
+        self._note_duration(seconds)
+        self._events.put(_Done(entry.job.id, completion, seconds))
 
     def _note_duration(self, seconds: float) -> None:
         average = self._avg_job_seconds

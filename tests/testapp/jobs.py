@@ -148,3 +148,6 @@ def timed(path: str, seconds: float) -> None:
     _time.sleep(seconds)
     with open(path, "a") as log:
         log.write(f"{started!r} {_time.time()!r} {_os.getpid()}\n")
+
+
+from . import handler_fault_jobs  # noqa: E402, F401  (tests/faults/test_handler_*.py)

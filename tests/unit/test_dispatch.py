@@ -119,13 +119,18 @@ def test_base_exception_is_a_panic(register: Callable[..., str]) -> None:
     assert outcome.exception_type == "builtins.SystemExit"
 
 
-@pytest.mark.parametrize("exc", [KeyboardInterrupt, WorkerShutdown])
-def test_process_stop_passes_through(register: Callable[..., str], exc: type) -> None:
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, WorkerShutdown, GeneratorExit])
+def test_a_base_exception_from_the_handler_is_its_panic(
+    register: Callable[..., str], exc: type[BaseException]
+) -> None:
+    """Handler code raising these ends its attempt; only a signal to the process stops a worker."""
+
     def stop() -> None:
         raise exc()
 
-    with pytest.raises(exc):
-        run_handler(claimed(register(stop)), timeout=None)
+    outcome = run_handler(claimed(register(stop)), timeout=None)
+    assert isinstance(outcome, Panic)
+    assert outcome.exception_type.endswith(exc.__name__)
 
 
 def test_non_json_return_is_a_permanent_error_saying_what_to_return(

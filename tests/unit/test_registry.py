@@ -112,7 +112,7 @@ def test_reregistering_the_same_function_replaces_it(scratch: list[str]) -> None
         ({"queue": ""}, "@job\\(queue=...\\) must be a name of 1 to 100 characters"),
         ({"priority": "high"}, "@job\\(priority=...\\) must be an int"),
         ({"max_attempts": 0}, "@job\\(max_attempts=...\\) must be a whole number, at least 1"),
-        ({"timeout": -1}, "@job\\(timeout=...\\) must be a positive number of seconds"),
+        ({"timeout": -1}, "@job\\(timeout=...\\) must be None or a number of seconds above 0"),
         ({"retry": {"base": 1}}, "@job\\(retry=...\\) must be a django_arcature.RetryPolicy"),
     ],
 )

@@ -92,7 +92,7 @@ class Command(BaseCommand):
             "--concurrency",
             type=_positive_int,
             metavar="N",
-            help=f"Handler threads (async handlers share one event loop). "
+            help=f"Handler threads (each runs async handlers on an event loop of its own). "
             f"Default: {conf.concurrency}.",
         )
         parser.add_argument(
