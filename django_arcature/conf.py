@@ -16,6 +16,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .core.limits import MAX_ATTEMPTS_MAX, MAX_TIMEOUT_SECONDS, QUEUE_MAX_LENGTH, name_problem
+from .core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from .core.retry import MAX_DELAY_SECONDS, RetryPolicy
 
 #: Defaults for every key of ``settings.ARCATURE``; documented in docs/reference/settings.md
@@ -66,6 +68,8 @@ DEFAULTS: dict[str, Any] = {
     "WAKE_HINT_DIR": None,
     # Run jobs inline at enqueue time (for tests); still validated and recorded.
     "EAGER": False,
+    # The largest job payload (its arguments as stored JSON) an enqueue accepts, in bytes.
+    "MAX_PAYLOAD_BYTES": DEFAULT_MAX_PAYLOAD_BYTES,
     # Fleet-wide limits per queue (django_arcature.queues.limits).
     "QUEUES": None,
     # How long finished jobs are kept (django_arcature.retention.rules).
@@ -99,6 +103,7 @@ class ArcatureSettings:
     wake_hints: bool = DEFAULTS["WAKE_HINTS"]
     wake_hint_dir: str | None = DEFAULTS["WAKE_HINT_DIR"]
     eager: bool = DEFAULTS["EAGER"]
+    max_payload_bytes: int = DEFAULTS["MAX_PAYLOAD_BYTES"]
     queues: Any = None
     retention: Any = None
 
@@ -112,10 +117,27 @@ def _is_number(value: object) -> bool:
 #: delays the recovery of a crashed worker's jobs.
 MAX_LEASE_SECONDS = 7 * 24 * 3600
 
-#: The longest per-attempt timeout anywhere it is declared: a week. Waiting on a
-#: thread for more than about 9.2e9 s overflows, and no attempt needs more than
-#: a week (leave the timeout unset for work with no bound).
-MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+#: Upper bounds of the other settings. Each is far beyond any sensible value and
+#: low enough that nothing overflows (a timedelta, a thread's wait, a 32-bit
+#: column) or that one worker cannot flood the database or its own memory.
+MAX_INTERVAL_SECONDS = 3600
+MAX_SHUTDOWN_SECONDS = 24 * 3600
+MAX_STORED_TEXT_BYTES = 1024 * 1024
+MAX_RETRY_FACTOR = 1000
+#: MariaDB refuses a statement over ``max_allowed_packet`` (16 MiB by default), and a
+#: stored JSON text may double in size once quoted into SQL.
+MAX_PAYLOAD_BYTES_LIMIT = 4 * 1024 * 1024
+MIN_PAYLOAD_BYTES_LIMIT = 1024
+
+
+def _whole(low: int, high: int) -> Any:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+def _seconds(low: float, high: float, *, above_low: bool = False) -> Any:
+    if above_low:
+        return lambda v: _is_number(v) and low < v <= high
+    return lambda v: _is_number(v) and low <= v <= high
 
 
 def is_valid_timeout(value: object) -> bool:
@@ -129,47 +151,57 @@ TIMEOUT_EXPECTED = f"None or a number of seconds above 0 and at most {MAX_TIMEOU
 # key -> (check, what to write instead). Each check gets the value.
 _RULES: dict[str, tuple[Any, str]] = {
     "LEASE_SECONDS": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_LEASE_SECONDS,
+        _whole(1, MAX_LEASE_SECONDS),
         f"a whole number of seconds from 1 to {MAX_LEASE_SECONDS} (e.g. 30)",
     ),
-    "POLL_INTERVAL": (lambda v: _is_number(v) and v > 0, "a number of seconds above 0 (e.g. 1.0)"),
-    "BATCH_SIZE": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10_000,
-        "a whole number from 1 to 10000 (e.g. 50)",
+    "POLL_INTERVAL": (
+        _seconds(0, MAX_INTERVAL_SECONDS, above_low=True),
+        f"a number of seconds above 0, up to {MAX_INTERVAL_SECONDS} (e.g. 1.0)",
     ),
-    "CONCURRENCY": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024,
-        "a whole number of threads from 1 to 1024 (e.g. 4)",
-    ),
+    "BATCH_SIZE": (_whole(1, 10_000), "a whole number from 1 to 10000 (e.g. 50)"),
+    "CONCURRENCY": (_whole(1, 1024), "a whole number of threads from 1 to 1024 (e.g. 4)"),
     "MAX_ATTEMPTS": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-        "a whole number, at least 1 (e.g. 3)",
+        _whole(1, MAX_ATTEMPTS_MAX),
+        f"a whole number from 1 to {MAX_ATTEMPTS_MAX} (e.g. 3)",
     ),
     "TIMEOUT": (is_valid_timeout, f"{TIMEOUT_EXPECTED}, e.g. 60"),
     "MAX_ABANDONED_THREADS": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10_000,
+        _whole(0, 10_000),
         "a whole number of threads from 0 to 10000 (e.g. 10)",
     ),
-    "RETRY_BASE_SECONDS": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
-    "RETRY_FACTOR": (lambda v: _is_number(v) and v >= 1, "a number, 1 or more (e.g. 2.0)"),
+    "RETRY_BASE_SECONDS": (
+        _seconds(0, MAX_DELAY_SECONDS),
+        f"a number of seconds from 0 to {MAX_DELAY_SECONDS} (e.g. 2)",
+    ),
+    "RETRY_FACTOR": (
+        _seconds(1, MAX_RETRY_FACTOR),
+        f"a number from 1 to {MAX_RETRY_FACTOR} (e.g. 2.0)",
+    ),
     "RETRY_MAX_SECONDS": (
-        lambda v: _is_number(v) and 0 <= v <= MAX_DELAY_SECONDS,
+        _seconds(0, MAX_DELAY_SECONDS),
         f"a number of seconds from 0 to {MAX_DELAY_SECONDS} (e.g. 600)",
     ),
-    "RETRY_JITTER": (lambda v: _is_number(v) and 0 <= v <= 1, "a fraction from 0 to 1 (e.g. 0.1)"),
+    "RETRY_JITTER": (_seconds(0, 1), "a fraction from 0 to 1 (e.g. 0.1)"),
     "MESSAGE_MAX_BYTES": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 64,
-        "a whole number of bytes, at least 64 (e.g. 2048)",
+        _whole(64, MAX_STORED_TEXT_BYTES),
+        f"a whole number of bytes from 64 to {MAX_STORED_TEXT_BYTES} (e.g. 2048)",
     ),
     "TRACEBACK_MAX_BYTES": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 64,
-        "a whole number of bytes, at least 64 (e.g. 32768)",
+        _whole(64, MAX_STORED_TEXT_BYTES),
+        f"a whole number of bytes from 64 to {MAX_STORED_TEXT_BYTES} (e.g. 32768)",
     ),
-    "SWEEP_INTERVAL": (lambda v: _is_number(v) and v > 0, "a number of seconds above 0 (e.g. 5)"),
-    "SHUTDOWN_TIMEOUT": (lambda v: _is_number(v) and v >= 0, "a number of seconds, 0 or more"),
+    "SWEEP_INTERVAL": (
+        _seconds(0, MAX_INTERVAL_SECONDS, above_low=True),
+        f"a number of seconds above 0, up to {MAX_INTERVAL_SECONDS} (e.g. 5)",
+    ),
+    "SHUTDOWN_TIMEOUT": (
+        _seconds(0, MAX_SHUTDOWN_SECONDS),
+        f"a number of seconds from 0 to {MAX_SHUTDOWN_SECONDS} (e.g. 30)",
+    ),
     "DEFAULT_QUEUE": (
-        lambda v: isinstance(v, str) and 0 < len(v) <= 100,
-        "a queue name of 1 to 100 characters (e.g. 'default')",
+        lambda v: name_problem(v, "queue", QUEUE_MAX_LENGTH) is None,
+        f"a queue name of 1 to {QUEUE_MAX_LENGTH} visible characters, without spaces at "
+        "either end (e.g. 'default')",
     ),
     "USE_LISTEN_NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
     "DATABASE": (
@@ -186,6 +218,11 @@ _RULES: dict[str, tuple[Any, str]] = {
         "None or an absolute folder path of at most 80 characters (Unix socket paths are short)",
     ),
     "EAGER": (lambda v: isinstance(v, bool), "True or False"),
+    "MAX_PAYLOAD_BYTES": (
+        _whole(MIN_PAYLOAD_BYTES_LIMIT, MAX_PAYLOAD_BYTES_LIMIT),
+        f"a whole number of bytes from {MIN_PAYLOAD_BYTES_LIMIT} to {MAX_PAYLOAD_BYTES_LIMIT} "
+        f"(default {DEFAULT_MAX_PAYLOAD_BYTES})",
+    ),
 }
 
 

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
+from django.db.models import Func
 from django.db.models.base import ModelState
 from django.utils import timezone
 
@@ -92,10 +93,12 @@ class RowMaker:
         self,
         job_id: uuid.UUID,
         payload: dict[str, Any],
-        available_at: datetime,
-        created_at: datetime,
+        available_at: datetime | Func,
+        created_at: datetime | Func,
         unique_key: str | None,
     ) -> Job:
+        """One unsaved row; a time may be an expression (the database's clock), which the
+        INSERT writes."""
         values = self.template.copy()
         values["id"] = job_id
         values["payload"] = payload

@@ -9,6 +9,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from .core.payloads import ExactJSONEncoder
+from .db.fields import ExactCharField
 from .managers import JobManager
 from .states import ACTIVE_STATUSES, ErrorKind, JobStatus
 
@@ -20,9 +22,11 @@ class Job(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     task_name = models.CharField(_("task"), max_length=255)
-    queue = models.CharField(_("queue"), max_length=100, default="default")
+    # Compared exactly on every database (a binary collation on MySQL/MariaDB):
+    # a worker for "email" must not take "Email" jobs.
+    queue = ExactCharField(_("queue"), max_length=100, default="default")
     priority = models.IntegerField(_("priority"), default=0, help_text=_("Higher runs first."))
-    payload = models.JSONField(_("payload"), default=dict)
+    payload = models.JSONField(_("payload"), default=dict, encoder=ExactJSONEncoder)
     status = models.CharField(
         _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING
     )
@@ -36,18 +40,18 @@ class Job(models.Model):
     claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
     # NULL, not "": NULLs never collide in the unique constraint, so jobs without a key
     # (and finished jobs, which give theirs up) do not block each other.
-    unique_key = models.CharField(  # noqa: DJ001
-        _("unique key"), max_length=255, null=True, blank=True
-    )
+    unique_key = ExactCharField(_("unique key"), max_length=255, null=True, blank=True)
     error_kind = models.CharField(
         _("error kind"), max_length=16, choices=ErrorKind.choices, blank=True, default=""
     )
     last_error = models.TextField(_("last error"), blank=True, default="")
     last_traceback = models.TextField(_("last traceback"), blank=True, default="")
-    result = models.JSONField(_("result"), null=True, blank=True)
+    result = models.JSONField(_("result"), null=True, blank=True, encoder=ExactJSONEncoder)
     # One entry per attempt ({"worker": ..., "error": ...}); django.tasks reports
     # worker_ids and errors from it.
-    attempt_log = models.JSONField(_("attempt log"), default=list, blank=True)
+    attempt_log = models.JSONField(
+        _("attempt log"), default=list, blank=True, encoder=ExactJSONEncoder
+    )
     backend = models.CharField(_("tasks backend"), max_length=100, blank=True, default="")
     # The enqueuing span's context (W3C traceparent/tracestate) when tracing is on
     # (django_arcature.contrib.otel): the worker continues the trace from it.

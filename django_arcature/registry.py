@@ -24,7 +24,19 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
 from .conf import TIMEOUT_EXPECTED, is_valid_timeout
-from .core.payloads import check_arguments, ensure_json, resolve_hints, to_json_text
+from .core.limits import (
+    NAME_MAX_LENGTH,
+    QUEUE_MAX_LENGTH,
+    max_attempts_problem,
+    name_problem,
+    priority_problem,
+)
+from .core.payloads import (
+    check_arguments,
+    ensure_arguments_json,
+    resolve_hints,
+    to_json_text,
+)
 from .core.retry import RetryPolicy
 from .exceptions import MalformedPayload, UnknownTask
 
@@ -58,6 +70,13 @@ _registry: dict[str, JobSpec] = {}
 _lock = threading.Lock()
 _discover_lock = threading.RLock()
 _discovered = False
+
+
+#: Names up to this long appear whole in a derived unique key (``name:digest`` then
+#: takes at most 245 characters); longer ones are cut to ``_CUT_NAME_LENGTH`` and
+#: followed by their own digest (255 characters in all).
+_READABLE_NAME_LENGTH = 180
+_CUT_NAME_LENGTH = 125
 
 
 @dataclass(frozen=True)
@@ -104,10 +123,19 @@ class JobSpec:
         }
 
     def unique_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        """A key derived from the name and the arguments, for ``unique=True``."""
+        """A key derived from the name and the arguments, for ``unique=True``.
+
+        ``name:sha256(arguments)`` while that fits the column. A longer name is
+        cut and followed by the SHA-256 of the whole name, so two names that
+        share their beginning never share a key; such keys are 255 characters
+        long, longer than any key of the first form, so the two forms never meet.
+        """
         canonical = self.canonical_arguments(args, kwargs)
         digest = hashlib.sha256(to_json_text(canonical).encode()).hexdigest()
-        return f"{self.name[:180]}:{digest}"
+        if len(self.name) <= _READABLE_NAME_LENGTH:
+            return f"{self.name}:{digest}"
+        name_digest = hashlib.sha256(self.name.encode()).hexdigest()
+        return f"{self.name[:_CUT_NAME_LENGTH]}#{name_digest}:{digest}"
 
 
 @dataclass(frozen=True)
@@ -294,12 +322,6 @@ def job[**P, R](
     return register_func
 
 
-#: Column sizes of the job table (models.Job.task_name, .queue, .unique_key).
-NAME_MAX_LENGTH = 255
-QUEUE_MAX_LENGTH = 100
-UNIQUE_KEY_MAX_LENGTH = 255
-
-
 def _check_options(
     name: str | None,
     queue: str | None,
@@ -308,20 +330,21 @@ def _check_options(
     retry: RetryPolicy | None,
     timeout: float | None,
 ) -> None:
+    """Refuse at import what every enqueue of this job would be refused for."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ImproperlyConfigured(f"@job(name=...) must be a non-empty string, not {name!r}")
-    if queue is not None and (not isinstance(queue, str) or not 0 < len(queue) <= 100):
-        raise ImproperlyConfigured(
-            f"@job(queue=...) must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {queue!r}"
-        )
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise ImproperlyConfigured(f"@job(priority=...) must be an int, not {priority!r}")
-    if max_attempts is not None and (
-        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
-    ):
-        raise ImproperlyConfigured(
-            f"@job(max_attempts=...) must be a whole number, at least 1, not {max_attempts!r}"
-        )
+    problems = [
+        # (a name that is too long is refused with its length once the default is known)
+        name is not None
+        and len(name) <= NAME_MAX_LENGTH
+        and name_problem(name, "@job(name=...)", NAME_MAX_LENGTH),
+        queue is not None and name_problem(queue, "@job(queue=...)", QUEUE_MAX_LENGTH),
+        priority_problem(priority, "@job(priority=...)"),
+        max_attempts is not None and max_attempts_problem(max_attempts, "@job(max_attempts=...)"),
+    ]
+    for problem in problems:
+        if problem:
+            raise ImproperlyConfigured(problem)
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ImproperlyConfigured(
             f"@job(retry=...) must be a django_arcature.RetryPolicy, not {retry!r}"
@@ -424,8 +447,7 @@ def prepare_enqueue(
     """
     if not checked:
         try:
-            ensure_json(list(args), "args")
-            ensure_json(dict(kwargs), "kwargs")
+            ensure_arguments_json(list(args), dict(kwargs))
         except MalformedPayload as exc:
             raise MalformedPayload(f"cannot enqueue {task}: {exc}") from None
         return EnqueuePlan(name=str(task))

@@ -9,6 +9,7 @@ its own if it landed, ``job_claim_lost`` if it was fenced out, never both.
 from __future__ import annotations
 
 import enum
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -66,6 +67,13 @@ class Completion:
     message: str = ""
     traceback: str = ""
     attempt_log: list[Any] | None = None
+    #: A retry's wait in seconds, counted on the database's clock when the write lands
+    #: (``available_at`` is then only the worker's estimate, for observers). Without
+    #: it, a retry is written for ``available_at`` as given.
+    retry_delay: float | None = None
+    #: ``time.monotonic()`` when ``retry_delay`` was decided: a batched write that lands
+    #: later waits only what is left of the backoff, still on the database's clock.
+    decided_monotonic: float | None = None
 
 
 def lease_fields(lease_seconds: int) -> dict[str, Any]:
@@ -100,7 +108,9 @@ def succeeded_fields(result: Any) -> dict[str, Any]:
     }
 
 
-def retry_fields(available_at: datetime, message: str, traceback: str) -> dict[str, Any]:
+def retry_fields(
+    available_at: datetime | DatabaseNow, message: str, traceback: str
+) -> dict[str, Any]:
     return {
         "status": JobStatus.PENDING,
         "claim_token": None,
@@ -165,10 +175,18 @@ def transition_fields(completion: Completion) -> dict[str, Any]:
     if completion.kind == "succeeded":
         fields = succeeded_fields(completion.result)
     elif completion.kind == "retry":
-        if completion.available_at is None:
-            raise ValueError("a retry needs available_at")
+        when: datetime | DatabaseNow
+        if completion.retry_delay is not None:
+            waited = 0.0
+            if completion.decided_monotonic is not None:
+                waited = time.monotonic() - completion.decided_monotonic
+            when = DatabaseNow(max(0.0, completion.retry_delay - waited))
+        elif completion.available_at is not None:
+            when = completion.available_at
+        else:
+            raise ValueError("a retry needs retry_delay or available_at")
         fields = retry_fields(
-            completion.available_at,
+            when,
             truncate_for_storage(completion.message, conf.message_max_bytes),
             truncate_for_storage(completion.traceback, conf.traceback_max_bytes),
         )

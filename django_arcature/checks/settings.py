@@ -28,6 +28,30 @@ def check_settings(
     ]
 
 
+@checks.register(checks.Tags.compatibility)
+def check_time_zone_support(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E003: ``USE_TZ = False`` cannot work.
+
+    Every time a job is compared with (when it becomes available, when its
+    lease expires) is stamped by the database's clock in UTC. With
+    ``USE_TZ = False``, Django stores naive local times on MariaDB and SQLite,
+    which would meet that UTC clock hours apart, and refuses the aware times
+    the package writes.
+    """
+    if getattr(settings, "USE_TZ", True):
+        return []
+    return [
+        checks.Error(
+            "django-arcature needs time-zone support: USE_TZ is False, so job times "
+            "(naive local time) could not be compared with the database's UTC clock.",
+            hint="Set USE_TZ = True in your settings (Django's default).",
+            id="arcature.E003",
+        )
+    ]
+
+
 ROUTER = "django_arcature.routers.JobsRouter"
 
 

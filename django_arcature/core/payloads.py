@@ -12,6 +12,7 @@ import enum
 import inspect
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,9 +26,21 @@ from django_arcature.exceptions import MalformedPayload
 
 #: Integers outside this range do not survive MySQL's JSON type unchanged (they
 #: become doubles), so they are refused everywhere to keep the databases alike.
-_INT_RANGE = (-(2**63), 2**64 - 1)
-#: Nesting deeper than this is almost certainly a cycle or a mistake.
-_MAX_DEPTH = 64
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+_INT_RANGE = (INT_MIN, INT_MAX)
+#: Lists and dicts nested inside one argument (or one return value) at most this deep.
+#: MariaDB's JSON check refuses documents nested 32 levels deep, and the payload's own
+#: ``{"args": [...]}`` adds two; 20 leaves room and still catches a structure that
+#: contains itself.
+MAX_NESTING = 20
+#: The default of ``ARCATURE["MAX_PAYLOAD_BYTES"]``: one job's arguments as stored JSON.
+#: MariaDB refuses a statement over ``max_allowed_packet`` (16 MiB by default), and a
+#: bulk INSERT carries many payloads; a job's arguments are meant to be ids and small
+#: values, not documents.
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+#: Text no database stores the same way: PostgreSQL refuses NUL (``\u0000``) in JSON and
+#: text; PostgreSQL and MariaDB refuse lone surrogates, which are not Unicode at all.
+_UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 def _hint_for(value: object, where: str) -> str:
@@ -73,7 +86,7 @@ def _hint_for(value: object, where: str) -> str:
 
 
 class _TooDeep:
-    """Marks a structure nested past ``_MAX_DEPTH``."""
+    """Marks a structure nested past ``MAX_NESTING``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,28 +96,50 @@ class _NonStrKey:
     key: object
 
 
+@dataclasses.dataclass(frozen=True)
+class _BadText:
+    """Marks a str (a value, or a dict key when ``key``) that no database stores alike."""
+
+    text: str
+    key: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _NegativeZero:
+    """Marks ``-0.0``: PostgreSQL's JSON numbers have no sign on zero."""
+
+
 def _find_non_json(value: object, path: str, depth: int = 0) -> tuple[str, object] | None:
-    """The first value under ``value`` that would not come back from JSON unchanged."""
-    if depth > _MAX_DEPTH:
-        return path, _TooDeep()
+    """The first value under ``value`` that would not come back from JSON unchanged,
+    on every database alike."""
     if value is None or isinstance(value, bool):
         return None
     if type(value) is str:
-        return None
+        return (path, _BadText(value)) if _UNSTORABLE_TEXT.search(value) else None
     if type(value) is int:
         return None if _INT_RANGE[0] <= value <= _INT_RANGE[1] else (path, value)
     if type(value) is float:
-        return None if math.isfinite(value) else (path, value)
+        if not math.isfinite(value):
+            return path, value
+        if value == 0.0 and math.copysign(1.0, value) < 0:
+            return path, _NegativeZero()
+        return None
     if type(value) is list:
+        if depth >= MAX_NESTING:
+            return path, _TooDeep()
         for index, item in enumerate(value):
             found = _find_non_json(item, f"{path}[{index}]", depth + 1)
             if found:
                 return found
         return None
     if type(value) is dict:
+        if depth >= MAX_NESTING:
+            return path, _TooDeep()
         for key, item in value.items():
             if type(key) is not str:
                 return path, _NonStrKey(key)
+            if _UNSTORABLE_TEXT.search(key):
+                return path, _BadText(key, key=True)
             found = _find_non_json(item, f"{path}[{key!r}]", depth + 1)
             if found:
                 return found
@@ -113,8 +148,26 @@ def _find_non_json(value: object, path: str, depth: int = 0) -> tuple[str, objec
     return path, value
 
 
+def _bad_text_message(where: str, bad: _BadText) -> str:
+    match = _UNSTORABLE_TEXT.search(bad.text)
+    assert match is not None
+    char = match.group()
+    place = f"has a key ({_short_repr(bad.text)}) that contains" if bad.key else "contains"
+    if char == "\x00":
+        return (
+            f"{where} {place} a NUL character (\\x00), which PostgreSQL cannot store: "
+            "remove it, or pass binary data base64-encoded."
+        )
+    return (
+        f"{where} {place} a lone surrogate (U+{ord(char):04X}), which is not valid Unicode "
+        "and which PostgreSQL and MariaDB refuse: decode bytes with errors='replace', or "
+        "pass them base64-encoded."
+    )
+
+
 def ensure_json(value: object, what: str, *, label: str = "") -> None:
-    """Refuse anything that would not come back from JSON exactly as it went in.
+    """Refuse anything that would not come back from JSON exactly as it went in,
+    on every supported database.
 
     ``what`` is how the value is spelled in the caller's code (a parameter name,
     ``args``); ``label`` goes before it in the message (``"argument "``).
@@ -126,7 +179,7 @@ def ensure_json(value: object, what: str, *, label: str = "") -> None:
     where = label + (repr(path) if label and path.isidentifier() else path)
     if isinstance(bad, _TooDeep):
         raise MalformedPayload(
-            f"{what} is nested more than {_MAX_DEPTH} levels deep (a list or dict that "
+            f"{what} is nested more than {MAX_NESTING} levels deep (a list or dict that "
             "contains itself?): pass a flatter structure"
         )
     if isinstance(bad, _NonStrKey):
@@ -134,6 +187,12 @@ def ensure_json(value: object, what: str, *, label: str = "") -> None:
             f"{where} has the key {_short_repr(bad.key)} ({type(bad.key).__name__}), but JSON "
             f"object keys are strings and it would come back as {str(bad.key)!r}: use str "
             "keys, e.g. {str(k): v for k, v in ...}, and convert them back in the job."
+        )
+    if isinstance(bad, _BadText):
+        raise MalformedPayload(_bad_text_message(where, bad))
+    if isinstance(bad, _NegativeZero):
+        raise MalformedPayload(
+            f"{where} is -0.0, whose sign PostgreSQL does not keep: pass 0.0 (or abs(value))."
         )
     kind = type(bad).__name__
     if hasattr(bad, "_meta") and hasattr(bad, "pk"):
@@ -143,6 +202,138 @@ def ensure_json(value: object, what: str, *, label: str = "") -> None:
         f"{where} is {article} {kind} ({_short_repr(bad)}), which JSON cannot carry "
         f"unchanged: {_hint_for(bad, path)}."
     )
+
+
+def _ensure_keys(mapping: Mapping[Any, Any], what: str) -> None:
+    for key in mapping:
+        if isinstance(key, str) and _UNSTORABLE_TEXT.search(key):
+            raise MalformedPayload(_bad_text_message(what, _BadText(key, key=True)))
+
+
+def ensure_arguments_json(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """:func:`ensure_json` for each argument on its own, nesting counted from the argument
+    (as :func:`check_arguments` counts it), and the keyword names themselves."""
+    for index, item in enumerate(args):
+        ensure_json(item, f"args[{index}]")
+    _ensure_keys(kwargs, "kwargs")
+    for key, item in kwargs.items():
+        if type(key) is not str:
+            raise MalformedPayload(f"kwargs has the key {_short_repr(key)}: keyword names are str")
+        ensure_json(item, key, label="argument ")
+
+
+# --- Size ---------------------------------------------------------------------------
+
+
+def _size_bound(value: object) -> int:
+    """An upper bound on ``value``'s stored JSON size in bytes, cheap to compute.
+
+    Non-ASCII is stored escaped (``\\uXXXX``, twelve bytes for a character outside
+    the BMP), so a string's bound is twelve bytes a character; a float may be
+    written in full (see :class:`ExactJSONEncoder`), up to 330 bytes. Plain loops,
+    not ``sum()`` over generators: a bulk enqueue computes this for every row.
+    """
+    kind = type(value)
+    if kind is str:
+        return 12 * len(value) + 2  # type: ignore[arg-type]
+    if kind is list:
+        total = 2
+        for item in value:  # type: ignore[attr-defined]
+            total += _size_bound(item) + 1
+        return total
+    if kind is dict:
+        total = 2
+        for key, item in value.items():  # type: ignore[attr-defined]
+            total += 12 * len(key) + 4 + _size_bound(item)
+        return total
+    if kind is float:
+        return 330
+    return 24
+
+
+def arguments_fit(args: list[Any], kwargs: dict[str, Any], max_bytes: int) -> bool:
+    """True when the payload of ``args``/``kwargs`` is surely within ``max_bytes``
+    (the common case, decided without writing any JSON)."""
+    return 30 + _size_bound(args) + _size_bound(kwargs) <= max_bytes
+
+
+def payload_size(payload: object) -> int:
+    """The size in bytes of ``payload`` as it is stored (compact JSON, non-ASCII escaped)."""
+    return len(json.dumps(payload, cls=ExactJSONEncoder, separators=(",", ":")))
+
+
+def ensure_payload_size(payload: object, max_bytes: int, what: str) -> None:
+    """Refuse a payload whose stored JSON is over ``max_bytes`` (checked exactly only
+    when the cheap bound says it could be)."""
+    if _size_bound(payload) <= max_bytes:
+        return
+    size = payload_size(payload)
+    if size > max_bytes:
+        raise MalformedPayload(
+            f"{what} are {size} bytes of JSON, over the limit of {max_bytes} bytes "
+            "(ARCATURE['MAX_PAYLOAD_BYTES']): pass ids or a storage key and load the "
+            "data in the job, or raise the limit."
+        )
+
+
+# --- Writing JSON every database reads back the same -----------------------------------
+
+
+class ExactJSONEncoder(json.JSONEncoder):
+    """``json.JSONEncoder`` that writes large floats so PostgreSQL reads them back as floats.
+
+    PostgreSQL's ``jsonb`` keeps numbers as ``numeric``, which prints ``1e+16`` as
+    ``10000000000000000``: that reads back as an int. Floats that Python writes
+    with a positive exponent are written in full with a ``.0`` instead, which every
+    database keeps as it is and which parses back to the same float. Everything
+    else is exactly what ``json.dumps`` writes.
+    """
+
+    def encode(self, o: Any) -> str:
+        text = super().encode(o)
+        if "e+" not in text:  # no large float (or only the letters, in a string)
+            return text
+        return "".join(self._exact(o))
+
+    def _exact(self, o: Any) -> Iterator[str]:
+        if type(o) is float and math.isfinite(o):
+            text = float.__repr__(o)
+            yield format(Decimal(text), "f") + ".0" if "e+" in text else text
+        elif isinstance(o, list | tuple):
+            yield "["
+            for index, item in enumerate(o):
+                if index:
+                    yield self.item_separator
+                yield from self._exact(item)
+            yield "]"
+        elif isinstance(o, dict):
+            yield "{"
+            for index, (key, item) in enumerate(o.items()):
+                if index:
+                    yield self.item_separator
+                yield super().encode(_json_key(key))
+                yield self.key_separator
+                yield from self._exact(item)
+            yield "}"
+        elif o is None or isinstance(o, str | int | float | bool):
+            yield super().encode(o)
+        else:
+            yield from self._exact(self.default(o))
+
+
+def _json_key(key: object) -> str:
+    """A dict key as ``json.dumps`` turns it into a string."""
+    if isinstance(key, str):
+        return key
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, int | float):
+        return json.dumps(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
 def _short_repr(value: object) -> str:
@@ -278,6 +469,7 @@ def check_arguments(
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
             items = [(f"{param_name}[{i}]", v) for i, v in enumerate(value)]
         elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            _ensure_keys(value, "keyword argument names")
             items = [(str(k), v) for k, v in value.items()]
         else:
             items = [(param_name, value)]

@@ -53,6 +53,12 @@ class Driver:
         """SQL for "now + seconds" on the database's clock, in UTC."""
         raise NotImplementedError
 
+    @classmethod
+    def now_plus_sql(cls, seconds_sql: str) -> str:
+        """SQL for "now + the seconds in ``seconds_sql``" (a column or placeholder):
+        a batch of retries, each with its own backoff, on the database's clock."""
+        raise NotImplementedError
+
     # --- errors ---------------------------------------------------------------------
 
     @classmethod

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .base import CompletionRow
+from .base import CompletionRow, driver_class
 from .claimed import as_uuid
 from .clock import DatabaseNow, now_sql
 
@@ -78,8 +78,18 @@ def batch_parts(
     for name in rows[0][2]:
         field = meta.get_field(name)
         first = rows[0][2][name]
-        if isinstance(first, DatabaseNow):
+        if isinstance(first, DatabaseNow) and all(_same_value(row[2][name], first) for row in rows):
             parts.assignments.append(f"{qn(field.column)} = {now_sql(vendor, first.seconds)}")
+        elif isinstance(first, DatabaseNow):
+            # Each row its own offset from the database's now (retries with their backoff).
+            parts.row_columns.append(f"v_{name}")
+            parts.row_placeholders.append("%s::double precision" if typed_placeholders else "%s")
+            column = f"v.{qn('v_' + name)}"
+            parts.assignments.append(
+                f"{qn(field.column)} = {driver_class(vendor).now_plus_sql(column)}"
+            )
+            for params, (_, _, fields) in zip(parts.row_params, rows, strict=True):
+                params.append(_seconds_of(fields[name]))
         elif all(_same_value(row[2][name], first) for row in rows):
             parts.assignments.append(f"{qn(field.column)} = %s{cast(field)}")
             parts.shared_params.append(field.get_db_prep_save(first, connection))
@@ -90,6 +100,12 @@ def batch_parts(
             for params, (_, _, fields) in zip(parts.row_params, rows, strict=True):
                 params.append(field.get_db_prep_save(fields[name], connection))
     return parts
+
+
+def _seconds_of(value: Any) -> float:
+    if not isinstance(value, DatabaseNow):
+        raise TypeError(f"a batch mixes the database's clock with a fixed time: {value!r}")
+    return value.seconds
 
 
 def _same_value(a: Any, b: Any) -> bool:

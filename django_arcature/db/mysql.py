@@ -44,6 +44,10 @@ class MySQLDriver(Driver):
         return f"TIMESTAMPADD(MICROSECOND, {micros}, {base})" if micros else base
 
     @classmethod
+    def now_plus_sql(cls, seconds_sql: str) -> str:
+        return f"TIMESTAMPADD(MICROSECOND, ROUND({seconds_sql} * 1000000), UTC_TIMESTAMP(6))"
+
+    @classmethod
     def is_lock_conflict(cls, exc: BaseException) -> bool:
         if not isinstance(exc, DatabaseError):
             return False
@@ -192,6 +196,11 @@ class MySQLDriver(Driver):
         return int(examined * float(filtered) / 100) if filtered is not None else int(examined)
 
 
+#: The most one multi-row INSERT carries: half of MariaDB's and MySQL's default
+#: ``max_allowed_packet`` (16 MiB), which refuses a larger statement outright.
+STATEMENT_BYTES = 8 * 1024 * 1024
+
+
 def _insert_multi_row(
     cursor: Any,
     connection: Any,
@@ -211,16 +220,29 @@ def _insert_multi_row(
     )
     row_sql = f"({template})"
     order = [position for position, _, _ in converters]
+    base_bytes = len(template) + len(columns) + 64
     batch: list[Any] = []
     count = 0
+    statement_bytes = 0
     for row in rows:
-        batch.extend(row[position] for position in order)
+        values = [row[position] for position in order]
+        # Quoting can double a text (every quote and backslash escaped): count it twice.
+        row_bytes = base_bytes + sum(
+            2 * len(value) if isinstance(value, str | bytes) else 32 for value in values
+        )
+        if count and statement_bytes + row_bytes > STATEMENT_BYTES:
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch
+            )
+            batch, count, statement_bytes = [], 0, 0
+        batch.extend(values)
         count += 1
+        statement_bytes += row_bytes
         if count == batch_size:
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch
             )
-            batch, count = [], 0
+            batch, count, statement_bytes = [], 0, 0
     if count:
         cursor.execute(
             f"INSERT INTO {table} ({columns}) VALUES {', '.join([row_sql] * count)}", batch

@@ -31,6 +31,10 @@ class PostgreSQLDriver(Driver):
         return f"({base} + make_interval(secs => {seconds!r}))" if seconds else base
 
     @classmethod
+    def now_plus_sql(cls, seconds_sql: str) -> str:
+        return f"(STATEMENT_TIMESTAMP() + make_interval(secs => {seconds_sql}))"
+
+    @classmethod
     def is_lock_conflict(cls, exc: BaseException) -> bool:
         if not isinstance(exc, DatabaseError):
             return False

@@ -36,6 +36,11 @@ class SQLiteDriver(Driver):
         return f"(STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now'{shift}) || '999')"
 
     @classmethod
+    def now_plus_sql(cls, seconds_sql: str) -> str:
+        shift = f"PRINTF('%%+.3f seconds', {seconds_sql})"
+        return f"(STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now', {shift}) || '999')"
+
+    @classmethod
     def is_lock_conflict(cls, exc: BaseException) -> bool:
         if not isinstance(exc, DatabaseError):
             return False

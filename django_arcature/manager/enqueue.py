@@ -11,8 +11,18 @@ from django.utils import timezone
 
 from django_arcature import signals
 from django_arcature.conf import get_settings
-from django_arcature.db import driver_for
+from django_arcature.core.limits import (
+    NAME_MAX_LENGTH,
+    QUEUE_MAX_LENGTH,
+    max_attempts_problem,
+    name_problem,
+    priority_problem,
+    unique_key_problem,
+)
+from django_arcature.core.payloads import arguments_fit, ensure_payload_size
+from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.db.clock import database_now
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
 from django_arcature.hints import send_hints
 
@@ -78,6 +88,7 @@ class EnqueueWrites(JobWriter):
             job, created = _retry_on_lock_conflict(self.db, lambda: self._insert_unique(row))
         if not created:
             return job
+        _read_clock_fields(job, self.db)
         self._announce_enqueued([job])
         return self._run_eagerly([job])[0]
 
@@ -217,6 +228,7 @@ class EnqueueWrites(JobWriter):
         rows, _ = self._build_rows(
             task,
             [(list(args), dict(kwargs or {}))],
+            single=True,
             queue=queue,
             priority=priority,
             delay=delay,
@@ -239,6 +251,7 @@ class EnqueueWrites(JobWriter):
         max_attempts: int | None,
         unique_key: str | None,
         backend: str,
+        single: bool = False,
     ) -> tuple[list[Job], tuple[str, ...]]:
         """Validate every item's arguments, then the options once, and build the rows (unsaved).
 
@@ -249,11 +262,7 @@ class EnqueueWrites(JobWriter):
         differ between them (everything else is the same in every row).
         """
         from django_arcature.exceptions import MalformedPayload
-        from django_arcature.registry import (
-            QUEUE_MAX_LENGTH,
-            UNIQUE_KEY_MAX_LENGTH,
-            prepare_enqueue,
-        )
+        from django_arcature.registry import prepare_enqueue
 
         checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)
@@ -268,34 +277,33 @@ class EnqueueWrites(JobWriter):
                 except MalformedPayload as exc:  # worded as prepare_enqueue words it
                     raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
         conf = get_settings()
+        limit = conf.max_payload_bytes
+        for args, kwargs in items:
+            if not arguments_fit(args, kwargs, limit):  # then measured exactly
+                ensure_payload_size(
+                    {"args": args, "kwargs": kwargs},
+                    limit,
+                    f"cannot enqueue {plan.name}: its arguments",
+                )
         offset = delay_offset(delay, run_at)
         attempts_allowed = next(
             value
             for value in (max_attempts, plan.max_attempts, conf.max_attempts)
             if value is not None
         )
-        if (
-            isinstance(attempts_allowed, bool)
-            or not isinstance(attempts_allowed, int)
-            or attempts_allowed < 1
-        ):
-            raise ValueError(
-                f"max_attempts must be a whole number, at least 1, not {attempts_allowed!r}"
-            )
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise TypeError(f"priority must be an int, not {priority!r}")
-        queue_name = queue or plan.queue or conf.default_queue
-        if not isinstance(queue_name, str) or len(queue_name) > QUEUE_MAX_LENGTH:
-            raise ValueError(
-                f"queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {queue_name!r}"
-            )
-        if unique_key is not None and (
-            not isinstance(unique_key, str) or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_LENGTH
-        ):
-            raise ValueError(
-                f"unique_key must be a string of 1 to {UNIQUE_KEY_MAX_LENGTH} characters, "
-                f"not {unique_key!r:.80}"
-            )
+        # An empty queue name is refused, not replaced by the default.
+        queue_name = queue if queue is not None else (plan.queue or conf.default_queue)
+        problem = (
+            max_attempts_problem(attempts_allowed)
+            or (priority_problem(priority) if priority is not None else None)
+            or name_problem(queue_name, "queue", QUEUE_MAX_LENGTH)
+            or (unique_key_problem(unique_key) if unique_key is not None else None)
+            or (name_problem(plan.name, "the task name", NAME_MAX_LENGTH) if backend else None)
+        )
+        if problem:
+            raise ValueError(problem)
         traced = _trace_context(self.model, plan.name, queue_name, len(items))
         maker = RowMaker(
             self.model,
@@ -309,11 +317,27 @@ class EnqueueWrites(JobWriter):
             **({"trace_context": traced} if traced else {}),
         )
         derive_key = plan.unique and unique_key is None
+        ids = new_ids(len(items))
+        if single:
+            # One row: its times are the database's clock, written by the INSERT itself.
+            [(args, kwargs)] = items
+            delay_seconds = offset.total_seconds() if offset is not None else 0.0
+            row = maker.make(
+                ids[0],
+                {"args": args, "kwargs": kwargs},
+                run_at if run_at is not None else DatabaseNow(delay_seconds),
+                DatabaseNow(),
+                plan.unique_key(args, kwargs) if derive_key else unique_key,
+            )
+            return [row], maker.varying
+        # Many rows: the database's clock read once, each row offset from it by the time
+        # spent building the rows before it, so the rows become available (and are
+        # claimed) in the order given, as if enqueued one by one.
+        db_now = database_now(self.db)
+        started = timezone.now()
         rows = []
-        for job_id, (args, kwargs) in zip(new_ids(len(items)), items, strict=True):
-            # One clock reading per row, as for one-by-one enqueues: rows of a batch
-            # become available in the order given, and are claimed in that order.
-            now = timezone.now()
+        for job_id, (args, kwargs) in zip(ids, items, strict=True):
+            now = db_now + (timezone.now() - started)
             if run_at is not None:
                 available_at = run_at
             elif offset is not None:
@@ -357,6 +381,21 @@ class EnqueueWrites(JobWriter):
             return row, True
         assert error is not None
         raise error
+
+
+def _read_clock_fields(job: Job, using: str) -> None:
+    """Replace the ``DatabaseNow`` values an INSERT wrote with the times it stored.
+
+    Where the database returns them from the INSERT (PostgreSQL, SQLite and MariaDB
+    on Django 6), Django has already done so; elsewhere they are read back.
+    """
+    pending = [
+        name
+        for name in ("available_at", "created_at")
+        if isinstance(getattr(job, name), DatabaseNow)
+    ]
+    if pending:
+        job.refresh_from_db(using=using, fields=pending)
 
 
 def _trace_context(model: type[Any], task_name: str, queue: str, count: int) -> dict[str, str]:

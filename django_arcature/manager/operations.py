@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from django_arcature import signals
 from django_arcature.db import DatabaseNow, retry_on_lock_conflict
@@ -86,7 +85,10 @@ class OperatorWrites(JobWriter):
         statuses = list(statuses or (JobStatus.SUCCEEDED, JobStatus.CANCELLED))
         if set(statuses) & {JobStatus.PENDING, JobStatus.RUNNING}:
             raise ValueError("prune deletes finished jobs only")
-        cutoff = timezone.now() - older_than
+        if not isinstance(older_than, timedelta):
+            raise TypeError(f"older_than must be a timedelta, not {older_than!r}")
+        # The cutoff on the database's clock, which stamped finished_at.
+        cutoff = DatabaseNow(-older_than.total_seconds())
         deleted, _ = (
             self.using(self.db).filter(status__in=statuses, finished_at__lt=cutoff).delete()
         )

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_arcature", "0005_postgresql_partial_indexes"),
+        ("django_arcature", "0004_input_limits"),
     ]
 
     operations = [

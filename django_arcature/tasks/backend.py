@@ -220,14 +220,18 @@ class ArcatureBackend(BaseTaskBackend):
             raise InvalidTask(" ".join(problems))
 
     def module_allowed(self, module_name: str) -> bool:
-        """Whether the worker may import ``module_name`` to find a task in it.
+        """Whether a row naming ``module_name`` may make this process import it.
 
-        Rows name their task by module path; only modules of installed apps
-        (and those listed in ``OPTIONS["MODULES"]``) are ever imported for
-        that, so a row cannot make a worker import arbitrary code.
+        Rows name their task by module path, and the worker (running the row)
+        and ``get_result`` (in any process) import that module to find the
+        Task. Only an installed app's ``tasks`` module, the modules inside its
+        ``tasks`` package, and the modules listed in ``OPTIONS["MODULES"]`` (and
+        inside them) are imported for that: never another module of an
+        installed app (its admin, management commands, tests, a module with
+        side effects), whatever a row says.
         """
         prefixes: Iterable[str] = (
-            *(config.name for config in apps.get_app_configs()),
+            *(f"{config.name}.tasks" for config in apps.get_app_configs()),
             *self.arcature_options.modules,
         )
         return any(
@@ -270,8 +274,9 @@ class ArcatureBackend(BaseTaskBackend):
             )
         if not self.module_allowed(module_name):
             raise InvalidTask(
-                f"{path} is not in an installed app, so a worker will not import it; "
-                f"add {module_name!r} to TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
+                f"{path} is not in an installed app's tasks module, so a worker will not "
+                f"import it; move it to <app>.tasks, or add {module_name!r} to "
+                f"TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
             )
         module = sys.modules.get(module_name)
         found = getattr(module, task.func.__qualname__, None)
@@ -424,7 +429,7 @@ def resolve_task(path: str, alias: str) -> ResolvedTask | str:
         return f"{path!r} is not a module path"
     if not backend.module_allowed(module_name):
         return (
-            f"module {module_name!r} is not part of an installed app nor listed in "
+            f"module {module_name!r} is not an installed app's tasks module nor listed in "
             f"TASKS[{alias!r}]['OPTIONS']['MODULES'], so it was not imported"
         )
     try:

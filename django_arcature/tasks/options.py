@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django_arcature.conf import TIMEOUT_EXPECTED, default_retry_policy, is_valid_timeout
+from django_arcature.core.limits import MAX_ATTEMPTS_MAX
 from django_arcature.core.retry import RetryPolicy
 
 #: Keys of ``OPTIONS`` this backend understands.
@@ -67,9 +68,12 @@ def _is_number(value: object) -> bool:
 
 
 def check_max_attempts(value: object, where: str) -> list[str]:
-    if value is None or (_is_int(value) and value >= 1):  # type: ignore[operator]
+    if value is None or (_is_int(value) and 1 <= value <= MAX_ATTEMPTS_MAX):  # type: ignore[operator]
         return []
-    return [f"{where} must be a whole number, at least 1 (got {value!r})."]
+    return [
+        f"{where} must be a whole number, at least 1 and at most {MAX_ATTEMPTS_MAX} "
+        f"(got {value!r})."
+    ]
 
 
 def check_timeout(value: object, where: str) -> list[str]:

@@ -26,12 +26,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_arcature import registry, signals
-from django_arcature.conf import (
-    MAX_TIMEOUT_SECONDS,
-    ArcatureSettings,
-    default_retry_policy,
-    get_settings,
-)
+from django_arcature.conf import ArcatureSettings, default_retry_policy, get_settings
 from django_arcature.context import JobContext, activate, deactivate
 from django_arcature.core.decide import (
     Dead,
@@ -47,6 +42,7 @@ from django_arcature.core.decide import (
     decide,
     qualified_name,
 )
+from django_arcature.core.limits import MAX_TIMEOUT_SECONDS
 from django_arcature.core.payloads import ensure_json, split_payload
 from django_arcature.core.retry import RetryPolicy
 from django_arcature.db import ClaimedJob
@@ -536,7 +532,8 @@ def completion_for(
         if policy is None:
             policy = (spec.retry if spec else None) or default_retry_policy()
         state = JobState(attempts=claimed.attempts, max_attempts=claimed.max_attempts)
-        decided = decide(state, outcome, policy, now or timezone.now())
+        now = now or timezone.now()
+        decided = decide(state, outcome, policy, now)
     log = [*claimed.attempt_log, {"worker": worker_id, "error": attempt_error(outcome)}]
     match decided:
         case Succeeded(result=result):
@@ -552,6 +549,12 @@ def completion_for(
                 message=message,
                 traceback=tb,
                 attempt_log=log,
+                # What is left of the backoff, not the instant: the write counts it on
+                # the database's clock, which is the one the claim compares with.
+                # (Measured against this host's clock now, since ``now`` may be when
+                # the handler returned; only a difference of this host's readings.)
+                retry_delay=(available_at - timezone.now()).total_seconds(),
+                decided_monotonic=time.monotonic(),
             )
         case Dead(error_kind=kind, message=message, traceback=tb):
             return Completion(

@@ -38,7 +38,7 @@ def test_burst_worker_runs_django_tasks_to_their_results(start_worker: StartWork
     refused = tasks.refuses.enqueue("closed account")
     context = tasks.attempt_number.enqueue(1)
     vanished = Job.objects.enqueue(
-        "tests.testapp.removed_in_last_deploy.cleanup", backend="default"
+        "tests.testapp.tasks.removed_in_last_deploy.cleanup", backend="default"
     )
 
     worker = start_worker("--burst", "--worker-id", "burst-1")

@@ -20,7 +20,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_arcature import job
-from django_arcature.conf import MAX_TIMEOUT_SECONDS, validate
+from django_arcature.conf import validate
+from django_arcature.core.limits import MAX_TIMEOUT_SECONDS
 from django_arcature.db import ClaimedJob
 from django_arcature.models import Job, JobStatus
 from django_arcature.tasks.options import parse_overrides

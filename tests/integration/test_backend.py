@@ -371,15 +371,15 @@ def enqueue_row(task_name: str, backend: str = "default", **payload: Any) -> Job
 
 
 def test_task_whose_module_vanished_fails_with_a_readable_error() -> None:
-    row = enqueue_row("tests.testapp.removed_in_last_deploy.cleanup")
+    row = enqueue_row("tests.testapp.tasks.removed_in_last_deploy.cleanup")
     assert [c.kind for c in drain()] == ["dead"]
     row.refresh_from_db()
     assert row.error_kind == "unknown"
-    assert "cannot import module 'tests.testapp.removed_in_last_deploy'" in row.last_error
+    assert "cannot import module 'tests.testapp.tasks.removed_in_last_deploy'" in row.last_error
 
     fetched = task_backends["default"].get_result(str(row.id))
     assert fetched.status == TaskResultStatus.FAILED
-    assert fetched.task.module_path == "tests.testapp.removed_in_last_deploy.cleanup"
+    assert fetched.task.module_path == "tests.testapp.tasks.removed_in_last_deploy.cleanup"
     assert fetched.worker_ids == ["w1"]
     [error] = fetched.errors
     assert error.exception_class_path == "django_arcature.exceptions.UnknownTask"
@@ -401,7 +401,7 @@ def test_a_row_outside_installed_apps_is_not_even_imported() -> None:
     drain()
     row.refresh_from_db()
     assert (row.status, row.error_kind) == ("dead", "unknown")
-    assert "not part of an installed app" in row.last_error
+    assert "not an installed app's tasks module" in row.last_error
     assert module not in sys.modules
     row = enqueue_row("os.system", args=["echo pwned"])
     drain()

@@ -150,4 +150,30 @@ def timed(path: str, seconds: float) -> None:
         log.write(f"{started!r} {_time.time()!r} {_os.getpid()}\n")
 
 
+# --- Handlers for the input suites (tests/integration/test_input_*.py, tests/properties) ---
+
+from typing import Any as _Any  # noqa: E402
+
+
+@job(name="tests.echo")
+def echo(value: _Any) -> _Any:
+    """Returns its argument: what went in must come back, types included."""
+    return value
+
+
+@job(name="tests.raise_text", max_attempts=1)
+def raise_text(text: str, poison: bool = False) -> None:
+    """Fails with ``text`` as the error message (handler-controlled text for the admin).
+
+    With ``poison`` the message also carries what no payload may: a NUL and a
+    lone surrogate, which only the handler itself can produce.
+    """
+    raise RuntimeError(text + ("\x00\ud800" if poison else ""))
+
+
+@job(name="tests.unique_echo", unique=True)
+def unique_echo(value: _Any) -> _Any:
+    return value
+
+
 from . import handler_fault_jobs  # noqa: E402, F401  (tests/faults/test_handler_*.py)

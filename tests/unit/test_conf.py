@@ -37,10 +37,12 @@ GOOD: dict[str, list[Any]] = {
     "WAKE_HINTS": [True, False],
     "WAKE_HINT_DIR": [None, "/tmp/arcature", "/run/arcature-wake"],
     "EAGER": [True, False],
+    "MAX_PAYLOAD_BYTES": [1024, 1024 * 1024, 4 * 1024 * 1024],
     "QUEUES": [None, {}, {"email": {"concurrency": 5, "rate": "100/m"}}],
     "RETENTION": [None, {}, {"succeeded": "7d", "dead": 86400, "queues": {"x": {"dead": None}}}],
 }
 BAD: dict[str, list[Any]] = {
+    "MAX_PAYLOAD_BYTES": [0, 1023, 4 * 1024 * 1024 + 1, 1.5, "1MiB", True, None],
     "LEASE_SECONDS": [0, -5, 0.5, 30.0, "30", True, None, MAX_LEASE_SECONDS + 1],
     "POLL_INTERVAL": [0, -1, -0.5, "1", None, math.nan, math.inf, False],
     "BATCH_SIZE": [0, -1, 10_001, 2.0, "50", True],

@@ -6,10 +6,11 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Min, Q
-from django.utils import timezone
 
+from django_arcature.checks.migrations import migration_problem
+from django_arcature.db.clock import database_now
 from django_arcature.models import Job, JobStatus
 
 
@@ -48,6 +49,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        problem = migration_problem(options["database"])
+        if problem:
+            raise CommandError(problem)
         report = self.collect(options["database"], timedelta(minutes=options["since"]))
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
@@ -55,7 +59,7 @@ class Command(BaseCommand):
             self.print_table(report)
 
     def collect(self, using: str, since: timedelta) -> dict[str, Any]:
-        now = timezone.now()
+        now = database_now(using)  # the clock that stamped every time in the table
         jobs = Job.objects.using(using)
         per_queue = (
             jobs.filter(status__in=(JobStatus.PENDING, JobStatus.RUNNING))

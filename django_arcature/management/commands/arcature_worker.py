@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
+from django_arcature.checks.migrations import migration_problem
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.durations import parse_duration
@@ -200,10 +201,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        problem = migration_problem(using)
+        if problem:  # before migrate: say what to do, once, instead of retrying forever
+            raise CommandError(problem)
         self._configure_logging(options["verbosity"])
-        self._warn_about_sqlite_writers(
-            options["database"] or get_settings().database or DEFAULT_DB_ALIAS
-        )
+        self._warn_about_sqlite_writers(using)
         try:
             worker = Worker(
                 queues=options["queues"],
