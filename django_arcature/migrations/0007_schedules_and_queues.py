@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_arcature", "0004_input_limits"),
+        ("django_arcature", "0006_input_limits"),
     ]
 
     operations = [
