@@ -13,7 +13,7 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties clean
+.PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties soak-schedules clean
 .PHONY: soak-chaos
 
 help:
@@ -23,8 +23,7 @@ help:
 	@echo "make lint        ruff + mypy"
 	@echo "make docs        build the documentation site into var/docs-html and run its samples"
 	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
-	@echo "make soak        long runs on every database (property-based suites: soak-properties)"
-	@echo "                 (chaos and fault injection: soak-chaos)"
+	@echo "make soak        long runs on every database (soak-properties, soak-schedules, soak-chaos)"
 
 # Two installs into one virtualenv: the demo needs only Django and the package;
 # the tests add the whole development toolchain on top (pytest, tox, ruff, mypy,
@@ -85,6 +84,17 @@ docs: venv
 bench: venv databases
 	$(PY) -m pip install -q mysqlclient
 	$(PY) benchmarks/run.py --db sqlite,postgres,mysql
+
+# The long profile of the schedule test: a real one-minute schedule for 3.5 minutes
+# across four worker processes (one killed and replaced), on each database; CI runs a
+# per-second schedule for 30 s instead (tests/concurrency/test_ops_processes.py).
+soak: soak-schedules
+soak-schedules: venv databases
+	$(PY) -m pip install -q mysqlclient
+	for db in sqlite postgres mysql; do \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -s -p no:cacheprovider \
+	    tests/concurrency/test_ops_processes.py -k exactly_one || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .tox var build dist *.egg-info

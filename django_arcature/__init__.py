@@ -10,6 +10,7 @@ from .context import JobContext, current_job
 from .core.retry import RetryPolicy
 from .exceptions import ArcatureError, MalformedPayload, Permanent, UnknownTask
 from .registry import job
+from .schedules.periodic import periodic
 
 __version__ = "0.1.0.dev0"
 
@@ -23,4 +24,5 @@ __all__ = [
     "__version__",
     "current_job",
     "job",
+    "periodic",
 ]

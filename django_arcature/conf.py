@@ -70,6 +70,10 @@ DEFAULTS: dict[str, Any] = {
     "EAGER": False,
     # The largest job payload (its arguments as stored JSON) an enqueue accepts, in bytes.
     "MAX_PAYLOAD_BYTES": DEFAULT_MAX_PAYLOAD_BYTES,
+    # Fleet-wide limits per queue (django_arcature.queues.limits).
+    "QUEUES": None,
+    # How long finished jobs are kept (django_arcature.retention.rules).
+    "RETENTION": None,
 }
 
 
@@ -100,6 +104,8 @@ class ArcatureSettings:
     wake_hint_dir: str | None = DEFAULTS["WAKE_HINT_DIR"]
     eager: bool = DEFAULTS["EAGER"]
     max_payload_bytes: int = DEFAULTS["MAX_PAYLOAD_BYTES"]
+    queues: Any = None
+    retention: Any = None
 
 
 def _is_number(value: object) -> bool:
@@ -140,7 +146,7 @@ def is_valid_timeout(value: object) -> bool:
 
 
 #: How to write a valid timeout, for every message that refuses one.
-TIMEOUT_EXPECTED = f"None or a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS} (a week)"
+TIMEOUT_EXPECTED = f"None or a number of seconds above 0, up to {MAX_TIMEOUT_SECONDS} (a week)"
 
 # key -> (check, what to write instead). Each check gets the value.
 _RULES: dict[str, tuple[Any, str]] = {
@@ -220,6 +226,25 @@ _RULES: dict[str, tuple[Any, str]] = {
 }
 
 
+def _parse_queues(value: object) -> object:
+    from .queues.limits import parse_limits
+
+    return parse_limits(value)
+
+
+def _parse_retention(value: object) -> object:
+    from .retention.rules import parse_retention
+
+    return parse_retention(value)
+
+
+# Keys whose value has a structure of its own: validated by their parser.
+_PARSED: dict[str, tuple[Any, str]] = {
+    "QUEUES": (_parse_queues, "a dict like {'email': {'concurrency': 5, 'rate': '100/m'}}"),
+    "RETENTION": (_parse_retention, "a dict like {'succeeded': '7d', 'dead': '30d'}"),
+}
+
+
 def validate(raw: object) -> list[str]:
     """Return one readable sentence per problem in a raw ``ARCATURE`` value."""
     if raw is None:
@@ -228,6 +253,16 @@ def validate(raw: object) -> list[str]:
         return [f"ARCATURE must be a dict, not {type(raw).__name__}."]
     problems: list[str] = []
     for key, value in raw.items():
+        parsed = _PARSED.get(key)
+        if parsed is not None:
+            parser, expected_shape = parsed
+            try:
+                parser(value)
+            except ValueError as exc:
+                problems.append(
+                    f"ARCATURE[{key!r}] = {value!r} is invalid: use {expected_shape} ({exc})."
+                )
+            continue
         rule = _RULES.get(key)
         if rule is None:
             problems.append(_unknown_key_message(key))

@@ -150,3 +150,8 @@ class DeadJob(Job):
         proxy = True
         verbose_name = _("dead job")
         verbose_name_plural = _("dead letters")
+
+
+# Models of the sub-packages register here, with this app.
+from .queues.models import QueueState  # noqa: E402, F401
+from .schedules.models import Schedule  # noqa: E402, F401

@@ -72,6 +72,11 @@ TEMPLATES = [
 ]
 
 ARCATURE: dict[str, object] = {"LEASE_SECONDS": 30, "POLL_INTERVAL": 0.05}
+# Worker subprocesses of the queue-limit tests get their ARCATURE["QUEUES"] from here.
+if os.environ.get("ARCATURE_TEST_QUEUES"):
+    import json
+
+    ARCATURE["QUEUES"] = json.loads(os.environ["ARCATURE_TEST_QUEUES"])
 
 # django.tasks runs on django-arcature (tests/integration/test_backend*.py); on
 # Django 5.2 the framework is the django-tasks backport, an app of its own.
@@ -80,7 +85,10 @@ TASKS = {
         "BACKEND": "django_arcature.backend.ArcatureBackend",
         "QUEUES": [],  # any queue name
         "OPTIONS": {
-            "MODULES": ["tests.integration.backend_tasks"],
+            "MODULES": [
+                "tests.integration.backend_tasks",
+                "tests.testapp.handler_fault_tasks",  # tests/faults/test_handler_tasks_backend.py
+            ],
             "RETRY": {"base_seconds": 0, "jitter": 0},
         },
     }

@@ -444,3 +444,14 @@ class DeadJobAdmin(BaseJobAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         return super().get_queryset(request).filter(status=JobStatus.DEAD)
+
+
+# Schedules and queues: their pages live in admin/schedules.py and admin/queues.py.
+from django_arcature.queues.models import QueueState  # noqa: E402
+from django_arcature.schedules.models import Schedule  # noqa: E402
+
+from .queues import QueueStateAdmin  # noqa: E402
+from .schedules import ScheduleAdmin  # noqa: E402
+
+admin.site.register(Schedule, ScheduleAdmin)
+admin.site.register(QueueState, QueueStateAdmin)

@@ -3,4 +3,6 @@
 
 from __future__ import annotations
 
+from django_arcature.schedules import checks as schedules  # noqa: F401
+
 from . import registry, settings, writers  # noqa: F401  (each registers its checks)

@@ -76,8 +76,12 @@ class Driver:
         batch: int,
         queues: Sequence[str] | None,
         claimed_fields: ClaimedFields,
+        exclude: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         """Take up to ``batch`` available pending jobs, highest priority then oldest first.
+
+        ``queues`` restricts the claim to those queues; ``exclude`` leaves these
+        out (paused, ``--exclude-queue`` and fleet-limited queues: ``queues.gate``).
 
         Each gets ``attempts + 1``, a fresh random claim token and a lease on the
         database's clock (``claimed_fields`` builds those fields where the driver

@@ -62,6 +62,7 @@ class MySQLDriver(Driver):
         batch: int,
         queues: Sequence[str] | None,
         claimed_fields: ClaimedFields,
+        exclude: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         """``SELECT … FOR UPDATE SKIP LOCKED``, then one compare-and-set UPDATE."""
         manager = model._default_manager.db_manager(self.using)
@@ -71,6 +72,8 @@ class MySQLDriver(Driver):
             )
             if queues:
                 candidates = candidates.filter(queue__in=queues)
+            if exclude:
+                candidates = candidates.exclude(queue__in=exclude)
             # JSON stays undecoded here: one row that cannot be decoded must not fail
             # (and, on every retry, block) the claim of the whole batch.
             rows = list(

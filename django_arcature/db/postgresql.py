@@ -48,6 +48,7 @@ class PostgreSQLDriver(Driver):
         batch: int,
         queues: Sequence[str] | None,
         claimed_fields: ClaimedFields,
+        exclude: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         """Pick, lock and stamp a batch in a single ``UPDATE … RETURNING``.
 
@@ -65,6 +66,7 @@ class PostgreSQLDriver(Driver):
             lease_seconds,
             batch,
             queues,
+            exclude=exclude,
             token_sql="gen_random_uuid()",
             lock="FOR UPDATE SKIP LOCKED",
             materialized="MATERIALIZED",

@@ -21,6 +21,7 @@ def claim_with_cte(
     batch: int,
     queues: Sequence[str] | None,
     *,
+    exclude: Sequence[str] = (),
     token_sql: str,
     lock: str,
     materialized: str,
@@ -47,6 +48,9 @@ def claim_with_cte(
     if queues:
         queue_filter = f"AND {qn('queue')} IN ({', '.join(['%s'] * len(queues))})"
         params.extend(queues)
+    if exclude:
+        queue_filter += f" AND {qn('queue')} NOT IN ({', '.join(['%s'] * len(exclude))})"
+        params.extend(exclude)
     params.extend([batch, "running", worker_id, lease_seconds])
     if recheck:
         # The unary + keeps SQLite from reaching the rows through a status index

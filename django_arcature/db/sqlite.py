@@ -55,6 +55,7 @@ class SQLiteDriver(Driver):
         batch: int,
         queues: Sequence[str] | None,
         claimed_fields: ClaimedFields,
+        exclude: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         return claim_with_cte(
             self.connection,
@@ -63,6 +64,7 @@ class SQLiteDriver(Driver):
             lease_seconds,
             batch,
             queues,
+            exclude=exclude,
             token_sql="LOWER(HEX(RANDOMBLOB(16)))",  # Django stores UUIDs as 32 hex chars here
             lock="",
             materialized="",

@@ -40,6 +40,7 @@ class LeaseWrites(JobWriter):
         lease: float | timedelta,
         batch: int,
         queues: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         """Take up to ``batch`` available pending jobs for ``worker_id``.
 
@@ -53,13 +54,16 @@ class LeaseWrites(JobWriter):
         using = self.db
         driver = driver_for(using)
         picked_queues = list(queues) if queues else None
+        left_out = list(exclude) if exclude else []
 
         def stamp(token: Any) -> dict[str, Any]:
             return claimed_fields(token, worker_id, lease_seconds)
 
         claimed = _retry_on_lock_conflict(
             using,
-            lambda: driver.claim(self.model, worker_id, lease_seconds, batch, picked_queues, stamp),
+            lambda: driver.claim(
+                self.model, worker_id, lease_seconds, batch, picked_queues, stamp, left_out
+            ),
         )
         if claimed:
             signals.notify(signals.jobs_claimed, self.model, jobs=claimed, worker_id=worker_id)

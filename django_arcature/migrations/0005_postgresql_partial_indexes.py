@@ -68,6 +68,6 @@ class Migration(migrations.Migration):
     # CREATE/DROP INDEX CONCURRENTLY cannot run inside a transaction.
     atomic = False
 
-    dependencies = [("django_arcature", "0007_job_trace_context")]
+    dependencies = [("django_arcature", "0004_job_trace_context")]
 
     operations = [migrations.RunPython(make_partial, make_full, elidable=False)]

@@ -35,7 +35,10 @@ from django_arcature import registry
 from django_arcature.conf import get_settings
 from django_arcature.context import JobContext
 from django_arcature.db import ClaimedJob
+from django_arcature.duties import Duties
 from django_arcature.hints import HintReceiver
+from django_arcature.queues.gate import QueueGate
+from django_arcature.recycling import Drain, Recycler, pending_left
 from django_arcature.transitions import ClaimTransition, Completion
 
 from .handlers import EXIT_TOO_MANY_ABANDONED_THREADS, HandlerThreads
@@ -145,6 +148,12 @@ class Worker(HandlerThreads):
         using: str | None = None,
         install_signal_handlers: bool = True,
         listen: bool | None = None,
+        exclude_queues: Sequence[str] = (),
+        drain: bool = False,
+        drain_timeout: float | None = None,
+        max_memory_mb: float | None = None,
+        max_runtime: float | None = None,
+        duties: bool = True,
     ) -> None:
         conf = get_settings()
         self.conf = conf
@@ -166,6 +175,18 @@ class Worker(HandlerThreads):
             raise ValueError("concurrency, batch and lease must be at least 1; poll above 0")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ValueError("max_jobs must be at least 1")
+
+        # Queue control, periodic duties and recycling live in their own modules.
+        self.exclude_queues = list(exclude_queues)
+        self._gate = QueueGate(
+            self.using,
+            queues=self.queues,
+            exclude=self.exclude_queues,
+            refresh_seconds=self.poll_interval,
+        )
+        self._duties = Duties(self.using) if duties else None
+        self._recycler = Recycler(max_memory_mb=max_memory_mb, max_runtime=max_runtime)
+        self._drain = Drain(drain_timeout) if drain else None
 
         self.stats = WorkerStats()
         self._inflight: dict[ClaimKey, _InFlight] = {}
@@ -203,6 +224,8 @@ class Worker(HandlerThreads):
         registry.autodiscover()  # handlers (and their receivers) are known before the first job
         previous = self._install_signals()
         self._start_threads()
+        if self._duties is not None:
+            self._duties.start()
         logger.info(
             "worker %s started: queues %s, %d threads, batch %d, lease %ds%s",
             self.worker_id,
@@ -215,6 +238,8 @@ class Worker(HandlerThreads):
         try:
             self._loop_until_done()
         finally:
+            if self._duties is not None:
+                self._duties.stop()
             self._shutdown_threads()
             self._restore_signals(previous)
             logger.info("worker %s stopped: %s", self.worker_id, self.stats.summary())
@@ -225,6 +250,7 @@ class Worker(HandlerThreads):
     def _loop_until_done(self) -> None:
         while True:
             self._collect()
+            self._maybe_recycle()
             if self._stop_requested and self._stopping_since is None:
                 self._begin_shutdown()
             if self._database_usable():
@@ -287,6 +313,7 @@ class Worker(HandlerThreads):
             self._finished.append(item)
         elif item == "notify":
             self._idle_wait = self._min_poll
+            self._gate.invalidate()  # a pause or resume may have been announced
 
     # --- database steps, each guarded -----------------------------------------------
 
@@ -353,7 +380,7 @@ class Worker(HandlerThreads):
 
         manager = Job.objects.db_manager(self.using)
         jobs = self._guarded(
-            "claim", lambda: manager.claim(self.worker_id, self.lease, want, self.queues)
+            "claim", lambda: self._gate.claim(manager, self.worker_id, self.lease, want)
         )
         if jobs is None:
             return 0
@@ -538,7 +565,35 @@ class Worker(HandlerThreads):
             return False
         if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
             return True
+        if self._drain is not None:
+            return self._drain_finished()
         return self.burst and self._last_claim_empty
+
+    def _drain_finished(self) -> bool:
+        """--drain: done when nothing served is pending or running; exit 1 on timeout."""
+        assert self._drain is not None
+        if not self._last_claim_empty:
+            return False
+        left = self._guarded(
+            "drain check",
+            lambda: pending_left(self.using, self.queues, set(self.exclude_queues)),
+        )
+        if left == 0:
+            return True
+        if self._drain.timed_out():
+            logger.warning("drain timed out with %s job(s) still pending or running", left)
+            if not self._exit_status:
+                self._exit_status = 1
+            return True
+        return False
+
+    def _maybe_recycle(self) -> None:
+        if self._stop_requested:
+            return
+        reason = self._recycler.reason()
+        if reason is not None:
+            logger.warning("worker %s recycling: it %s", self.worker_id, reason)
+            self.stop()
 
     # --- shutdown ------------------------------------------------------------------------
 

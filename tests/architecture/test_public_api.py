@@ -30,6 +30,7 @@ PUBLIC = {
         "__version__",
         "current_job",
         "job",
+        "periodic",
     ],
     "django_arcature.models": ["Job", "DeadJob", "JobStatus", "ErrorKind", "ACTIVE_STATUSES"],
     "django_arcature.context": ["current_job", "JobContext"],
@@ -105,6 +106,8 @@ SETTINGS = [
     "DEFAULT_QUEUE",
     "USE_LISTEN_NOTIFY",
     "EAGER",
+    "QUEUES",
+    "RETENTION",
 ]
 
 
@@ -141,7 +144,13 @@ def test_settings_keys() -> None:
 
 def test_management_commands() -> None:
     commands = get_commands()
-    for name in ("arcature_worker", "arcature_status"):
+    for name in (
+        "arcature_worker",
+        "arcature_status",
+        "arcature_schedules",
+        "arcature_prune",
+        "arcature_queue",
+    ):
         assert commands.get(name) == "django_arcature", name
 
 

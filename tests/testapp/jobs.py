@@ -131,6 +131,25 @@ def traced_timed() -> str:
         return "traced"
 
 
+@job(name="tests.slot_key")
+def slot_key() -> str | None:
+    """Returns the unique key the running job holds (a schedule slot's key), kept as its result."""
+    from django_arcature.models import Job
+
+    context = current_job()
+    assert context is not None
+    return Job.objects.filter(pk=context.job_id).values_list("unique_key", flat=True).first()
+
+
+@job(name="tests.timed", max_attempts=1)
+def timed(path: str, seconds: float) -> None:
+    """Sleeps, then appends ``start end pid`` (wall clock) to ``path``: overlap and start rate."""
+    started = _time.time()
+    _time.sleep(seconds)
+    with open(path, "a") as log:
+        log.write(f"{started!r} {_time.time()!r} {_os.getpid()}\n")
+
+
 # --- Handlers for the input suites (tests/integration/test_input_*.py, tests/properties) ---
 
 from typing import Any as _Any  # noqa: E402

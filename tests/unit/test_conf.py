@@ -38,6 +38,8 @@ GOOD: dict[str, list[Any]] = {
     "WAKE_HINT_DIR": [None, "/tmp/arcature", "/run/arcature-wake"],
     "EAGER": [True, False],
     "MAX_PAYLOAD_BYTES": [1024, 1024 * 1024, 4 * 1024 * 1024],
+    "QUEUES": [None, {}, {"email": {"concurrency": 5, "rate": "100/m"}}],
+    "RETENTION": [None, {}, {"succeeded": "7d", "dead": 86400, "queues": {"x": {"dead": None}}}],
 }
 BAD: dict[str, list[Any]] = {
     "MAX_PAYLOAD_BYTES": [0, 1023, 4 * 1024 * 1024 + 1, 1.5, "1MiB", True, None],
@@ -63,6 +65,8 @@ BAD: dict[str, list[Any]] = {
     "WAKE_HINTS": [1, "yes", None],
     "WAKE_HINT_DIR": ["relative/dir", "", "/" + "x" * 90, 3],
     "EAGER": [1, "False", None],
+    "QUEUES": [[], {"email": {"concurrency": 0}}, {"email": {"rate": "lots"}}],
+    "RETENTION": ["7d", {"pending": "1d"}, {"succeeded": "soon"}],
 }
 
 

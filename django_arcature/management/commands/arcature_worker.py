@@ -15,6 +15,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
+from django_arcature.durations import parse_duration
 from django_arcature.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO}
@@ -48,6 +49,16 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _duration_seconds(text: str) -> float:
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return seconds
+
+
 class Command(BaseCommand):
     help = (
         "Run background jobs: claim them from the database, run them on a thread pool and "
@@ -69,6 +80,14 @@ class Command(BaseCommand):
             dest="queues",
             metavar="NAME",
             help="Run jobs from this queue; repeat for several. Default: every queue.",
+        )
+        parser.add_argument(
+            "--exclude-queue",
+            action="append",
+            dest="exclude_queues",
+            default=[],
+            metavar="NAME",
+            help="Serve every queue (or every --queue) except this one; repeatable.",
         )
         parser.add_argument(
             "--concurrency",
@@ -100,7 +119,39 @@ class Command(BaseCommand):
         parser.add_argument(
             "--burst",
             action="store_true",
-            help="Run the jobs available now, then exit with status 0.",
+            help="Claim until a claim comes back empty, finish those jobs, exit 0. Retries and "
+            "delayed jobs not due yet stay pending (see --drain).",
+        )
+        parser.add_argument(
+            "--drain",
+            action="store_true",
+            help="Run until no job of the served queues is pending or running, retries and "
+            "delayed jobs included, then exit 0 (1 if --drain-timeout passes first).",
+        )
+        parser.add_argument(
+            "--drain-timeout",
+            type=_duration_seconds,
+            metavar="DURATION",
+            help="Longest --drain runs (seconds, or e.g. 90s, 10m).",
+        )
+        parser.add_argument(
+            "--max-memory",
+            type=_positive_float,
+            metavar="MB",
+            help="Stop cleanly (exit 0, for the supervisor to restart) once resident memory "
+            "reaches this many MB.",
+        )
+        parser.add_argument(
+            "--max-runtime",
+            type=_duration_seconds,
+            metavar="DURATION",
+            help="Stop cleanly (exit 0) after running this long (seconds, or e.g. 90m, 12h).",
+        )
+        parser.add_argument(
+            "--no-duties",
+            action="store_false",
+            dest="duties",
+            help="Do not fire periodic schedules or prune finished jobs in this worker.",
         )
         parser.add_argument(
             "--max-jobs",
@@ -169,6 +220,12 @@ class Command(BaseCommand):
                 shutdown_timeout=options["shutdown_timeout"],
                 using=options["database"],
                 listen=options["listen"],
+                exclude_queues=options["exclude_queues"],
+                drain=options["drain"],
+                drain_timeout=options["drain_timeout"],
+                max_memory_mb=options["max_memory"],
+                max_runtime=options["max_runtime"],
+                duties=options["duties"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc

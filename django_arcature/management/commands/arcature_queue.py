@@ -1,0 +1,78 @@
+"""``manage.py arcature_queue pause|resume|list [NAME]``: queue control from the shell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Count, Q
+
+from django_arcature.conf import get_settings
+from django_arcature.queues.control import pause, resume
+from django_arcature.queues.limits import read_limits
+
+
+class Command(BaseCommand):
+    help = "Pause or resume a queue across every worker, or list queues with their state."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("action", choices=["pause", "resume", "list"])
+        parser.add_argument("name", nargs="?", help="The queue (required for pause and resume).")
+        parser.add_argument(
+            "--database",
+            help="The database alias holding the job table. Default: ARCATURE['DATABASE'], "
+            'else "default".',
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        action, name = options["action"], options["name"]
+        if action == "list":
+            self._list(using, name)
+            return
+        if not name:
+            raise CommandError(f"arcature_queue {action} needs a queue name")
+        if action == "pause":
+            changed = pause(name, using)
+            self.stdout.write(
+                f"queue {name} paused" if changed else f"queue {name} was already paused"
+            )
+        else:
+            changed = resume(name, using)
+            self.stdout.write(
+                f"queue {name} resumed" if changed else f"queue {name} was not paused"
+            )
+
+    def _list(self, using: str, only: str | None) -> None:
+        from django_arcature.models import Job, JobStatus
+        from django_arcature.queues.models import QueueState
+
+        counts: dict[str, Any] = {
+            row["queue"]: row
+            for row in Job.objects.using(using)
+            .filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING])
+            .values("queue")
+            .annotate(
+                pending=Count("id", filter=Q(status=JobStatus.PENDING)),
+                running=Count("id", filter=Q(status=JobStatus.RUNNING)),
+            )
+        }
+        states = {row.name: row for row in QueueState.objects.using(using)}
+        limits = read_limits()
+        names = sorted(set(counts) | set(states) | set(limits))
+        if only:
+            names = [n for n in names if n == only] or [only]
+        if not names:
+            self.stdout.write("no queues")
+            return
+        for queue in names:
+            state = states.get(queue)
+            row = counts.get(queue, {})
+            paused = "paused" if state is not None and state.paused else "running"
+            limit = limits.get(queue)
+            self.stdout.write(
+                f"{queue}: {paused}, {row.get('pending', 0)} pending, "
+                f"{row.get('running', 0)} running"
+                + (f"; limits: {limit.describe()}" if limit else "")
+            )

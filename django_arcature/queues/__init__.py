@@ -1,0 +1,1 @@
+"""Queue control: pause and resume, fleet-wide concurrency and rate limits per queue."""

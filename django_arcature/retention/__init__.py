@@ -1,0 +1,1 @@
+"""Retention: deleting finished jobs (succeeded, cancelled, dead) after a configured age."""

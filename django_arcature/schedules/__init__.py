@@ -1,0 +1,1 @@
+"""Periodic schedules: one job per cron slot across the fleet, decided by the database."""

@@ -1,0 +1,135 @@
+"""Queue control on a real database: pause flags, exclusions and the capped claim."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_arcature.models import Job, JobStatus
+from django_arcature.queues.control import pause, paused_queues, resume
+from django_arcature.queues.gate import QueueGate
+from django_arcature.queues.limits import QueueLimit
+from django_arcature.queues.models import QueueState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def enqueue(queue: str, n: int = 1) -> None:
+    Job.objects.enqueue_many("tests.noop", [() for _ in range(n)], queue=queue)
+
+
+def claimed_queues(gate: QueueGate, want: int = 50) -> list[str]:
+    return sorted(job.queue for job in gate.claim(Job.objects, "w1", 60, want))
+
+
+def test_paused_queue_is_not_claimed_and_resume_brings_it_back() -> None:
+    enqueue("email", 2)
+    enqueue("default", 1)
+    assert pause("email")
+    assert not pause("email")  # already paused
+    assert paused_queues("default") == {"email"}
+    gate = QueueGate("default", refresh_seconds=0)
+    assert claimed_queues(gate) == ["default"]
+    assert resume("email")
+    gate.invalidate()
+    assert claimed_queues(gate) == ["email", "email"]
+
+
+def test_paused_queue_named_explicitly_is_not_claimed() -> None:
+    enqueue("email", 1)
+    pause("email")
+    gate = QueueGate("default", queues=["email"], refresh_seconds=0)
+    assert claimed_queues(gate) == []
+
+
+def test_pause_flags_are_cached_for_the_refresh_interval() -> None:
+    enqueue("email", 2)
+    gate = QueueGate("default", refresh_seconds=3600)
+    assert claimed_queues(gate, want=1) == ["email"]
+    pause("email")
+    assert claimed_queues(gate, want=1) == ["email"]  # not re-read yet
+    gate.invalidate()  # what a PostgreSQL notification does
+    assert claimed_queues(gate, want=1) == []
+
+
+def test_excluded_queues_are_never_claimed() -> None:
+    enqueue("video", 2)
+    enqueue("email", 1)
+    enqueue("default", 1)
+    gate = QueueGate("default", exclude=["video"])
+    assert claimed_queues(gate) == ["default", "email"]
+    narrow = QueueGate("default", queues=["video", "email"], exclude=["video"])
+    enqueue("email", 1)
+    assert claimed_queues(narrow) == ["email"]
+
+
+def test_concurrency_limit_caps_the_claim_until_jobs_finish() -> None:
+    enqueue("limited", 10)
+    enqueue("default", 2)
+    gate = QueueGate("default", limits={"limited": QueueLimit(concurrency=3)})
+    first = gate.claim(Job.objects, "w1", 60, 50)
+    assert sorted(job.queue for job in first) == ["default"] * 2 + ["limited"] * 3
+    other_worker = QueueGate(
+        "default", limits={"limited": QueueLimit(concurrency=3)}, refresh_seconds=0
+    )
+    assert other_worker.claim(Job.objects, "w2", 60, 50) == []
+    done = next(job for job in first if job.queue == "limited")
+    Job.objects.mark_succeeded(done.id, done.claim_token)
+    again = other_worker.claim(Job.objects, "w2", 60, 50)
+    assert [job.queue for job in again] == ["limited"]
+    assert Job.objects.filter(queue="limited", status=JobStatus.RUNNING).count() == 3
+
+
+def test_limited_queue_is_claimed_before_a_backlog_of_unlimited_ones() -> None:
+    enqueue("default", 20)
+    enqueue("limited", 2)
+    gate = QueueGate("default", limits={"limited": QueueLimit(concurrency=5)})
+    assert claimed_queues(gate, want=5) == ["default"] * 3 + ["limited"] * 2
+
+
+def test_a_full_limited_queue_is_left_alone_briefly() -> None:
+    enqueue("limited", 2)
+    gate = QueueGate("default", limits={"limited": QueueLimit(concurrency=1)}, refresh_seconds=5)
+    assert claimed_queues(gate) == ["limited"]
+    assert claimed_queues(gate) == []  # full: quiet for a moment
+    Job.objects.filter(queue="limited", status=JobStatus.RUNNING).update(
+        status=JobStatus.CANCELLED, claim_token=None
+    )
+    assert claimed_queues(gate) == []  # still quiet
+    gate.invalidate()  # a notification (or the next refresh) ends it
+    assert claimed_queues(gate) == ["limited"]
+
+
+def test_rate_limit_caps_starts_per_period() -> None:
+    enqueue("rated", 10)
+    gate = QueueGate("default", limits={"rated": QueueLimit(rate=4, per_seconds=3600)})
+    assert len(gate.claim(Job.objects, "w1", 60, 3)) == 3
+    assert len(gate.claim(Job.objects, "w1", 60, 3)) == 1
+    assert gate.claim(Job.objects, "w1", 60, 3) == []
+    assert len(QueueState.objects.get(name="rated").recent_starts) == 4
+
+
+def test_limited_queue_still_honours_pause() -> None:
+    enqueue("limited", 3)
+    pause("limited")
+    gate = QueueGate("default", limits={"limited": QueueLimit(concurrency=3)}, refresh_seconds=0)
+    assert gate.claim(Job.objects, "w1", 60, 50) == []
+
+
+def test_arcature_queue_command() -> None:
+    enqueue("email", 2)
+    out = StringIO()
+    call_command("arcature_queue", "pause", "email", stdout=out)
+    call_command("arcature_queue", "list", stdout=out)
+    call_command("arcature_queue", "resume", "email", stdout=out)
+    call_command("arcature_queue", "resume", "email", stdout=out)
+    text = out.getvalue()
+    assert "queue email paused" in text
+    assert "email: paused, 2 pending, 0 running" in text
+    assert "queue email resumed" in text
+    assert "queue email was not paused" in text
+    with pytest.raises(CommandError, match="needs a queue name"):
+        call_command("arcature_queue", "pause")
