@@ -216,12 +216,6 @@ def test_megabyte_strings_are_refused_by_size_or_come_back_exactly(value: str, p
     counted("megabyte end to end")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 defect 1 (engineer r1): handler text with NUL or a lone surrogate is "
-    "stored raw in the attempt log, so the admin's detail page fails to encode it (SQLite, "
-    "MariaDB) or the worker cannot write it (PostgreSQL); fixed by the stored-text sanitizer",
-)
 # No shrinking: each example waits for a worker process, and a stuck worker for its timeout.
 @settings(
     PROFILE,
