@@ -20,7 +20,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_arcature.schedules.clock import database_now
+from django_arcature.db.clock import database_now
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
 from django_arcature.schedules.models import Schedule, ScheduleSource
 

@@ -35,7 +35,7 @@ from django.db import connections, transaction
 from django.db.models import F
 
 from django_arcature.db import ClaimedJob, retry_on_lock_conflict
-from django_arcature.schedules.clock import database_now
+from django_arcature.db.clock import database_now
 
 from .control import ensure_rows, paused_queues
 from .limits import QueueLimit, read_limits

@@ -33,8 +33,8 @@ from typing import Any
 from django.db import transaction
 
 from django_arcature.db import DatabaseNow, retry_on_lock_conflict
+from django_arcature.db.clock import database_now
 
-from .clock import database_now
 from .cron import next_slots
 from .keys import slot_key
 from .periodic import declared

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from django_arcature.db.clock import database_now
 from django_arcature.models import Job, JobStatus
 from django_arcature.queues.control import pause, resume
-from django_arcature.schedules.clock import database_now
 from django_arcature.schedules.models import Schedule
 from tests.concurrency.conftest import WorkerProcess, wait_until
 

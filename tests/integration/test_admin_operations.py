@@ -10,10 +10,10 @@ from django.core.checks import run_checks
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from django_arcature.db.clock import database_now
 from django_arcature.models import Job
 from django_arcature.queues.models import QueueState
 from django_arcature.schedules import checks as schedule_checks
-from django_arcature.schedules.clock import database_now
 from django_arcature.schedules.firing import ScheduleRunner
 from django_arcature.schedules.models import Schedule, ScheduleSource
 from django_arcature.schedules.periodic import PeriodicSpec

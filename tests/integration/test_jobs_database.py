@@ -30,7 +30,8 @@ def _server_url(kind: str, name: str) -> str:
     return DEFAULT_URLS[kind].rsplit("/", 1)[0] + "/" + name
 
 
-def _create(url: str) -> None:
+def _server_statements(url: str, *statements: str) -> None:
+    """Run ``statements`` on the server of ``url`` (``{name}`` is its database name)."""
     parts = urlsplit(url)
     name = parts.path.lstrip("/")
     if parts.scheme.startswith("postgres"):
@@ -44,43 +45,26 @@ def _create(url: str) -> None:
             dbname="postgres",
             autocommit=True,
         ) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
-    else:
-        import MySQLdb
+            for statement in statements:
+                conn.execute(statement.format(name=f'"{name}"', force=" WITH (FORCE)", utf8=""))
+        return
+    import MySQLdb
 
-        conn = MySQLdb.connect(
-            host=parts.hostname, port=parts.port, user=parts.username, password=parts.password
-        )
-        cursor = conn.cursor()
-        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-        conn.close()
+    conn = MySQLdb.connect(
+        host=parts.hostname, port=parts.port, user=parts.username, password=parts.password
+    )
+    cursor = conn.cursor()
+    for statement in statements:
+        cursor.execute(statement.format(name=f"`{name}`", force="", utf8=" CHARACTER SET utf8mb4"))
+    conn.close()
+
+
+def _create(url: str) -> None:
+    _server_statements(url, "DROP DATABASE IF EXISTS {name}{force}", "CREATE DATABASE {name}{utf8}")
 
 
 def _drop(url: str) -> None:
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    if parts.scheme.startswith("postgres"):
-        import psycopg
-
-        with psycopg.connect(
-            host=parts.hostname,
-            port=parts.port,
-            user=parts.username,
-            password=parts.password,
-            dbname="postgres",
-            autocommit=True,
-        ) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    else:
-        import MySQLdb
-
-        conn = MySQLdb.connect(
-            host=parts.hostname, port=parts.port, user=parts.username, password=parts.password
-        )
-        conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
-        conn.close()
+    _server_statements(url, "DROP DATABASE IF EXISTS {name}{force}")
 
 
 @pytest.fixture

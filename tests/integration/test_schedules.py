@@ -13,9 +13,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from django_arcature import job
+from django_arcature.db.clock import database_now
 from django_arcature.models import Job, JobStatus
 from django_arcature.registry import unregister
-from django_arcature.schedules.clock import database_now
 from django_arcature.schedules.firing import ScheduleRunner, fire_schedule
 from django_arcature.schedules.keys import slot_key
 from django_arcature.schedules.models import Schedule, ScheduleSource

@@ -9,7 +9,7 @@ from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature import registry
 from django_arcature.conf import get_settings
-from django_arcature.schedules.clock import database_now
+from django_arcature.db.clock import database_now
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
 
 
