@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from django_arcature.durations import parse_duration
+from django_arcature.core.durations import parse_duration
 
 __all__ = ["MAX_RATE", "QueueLimit", "parse_limits", "read_limits"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
-from django_arcature.durations import parse_duration
+from django_arcature.core.durations import parse_duration
 
 __all__ = ["FINISHED", "PruneRule", "RetentionSettings", "read_retention", "rules_for"]
 

@@ -35,11 +35,11 @@ from django_arcature import registry
 from django_arcature.conf import get_settings
 from django_arcature.context import JobContext
 from django_arcature.db import ClaimedJob
-from django_arcature.duties import Duties
 from django_arcature.hints import HintReceiver
 from django_arcature.queues.gate import QueueGate
-from django_arcature.recycling import Drain, Recycler, pending_left
 from django_arcature.transitions import ClaimTransition, Completion
+from django_arcature.worker.duties import Duties
+from django_arcature.worker.recycling import Drain, Recycler, pending_left
 
 from .handlers import EXIT_TOO_MANY_ABANDONED_THREADS, HandlerThreads
 from .wakeup import Listener

@@ -15,10 +15,10 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from django_arcature.db import DatabaseNow
-from django_arcature.duties import Duties
 from django_arcature.models import Job, JobStatus
 from django_arcature.retention.prune import _queryset, count_prunable, prune, prune_batch
 from django_arcature.retention.rules import PruneRule
+from django_arcature.worker.duties import Duties
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

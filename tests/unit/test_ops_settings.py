@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_arcature.durations import parse_duration
+from django_arcature.core.durations import parse_duration
 from django_arcature.queues.limits import QueueLimit, parse_limits
 from django_arcature.retention.rules import PruneRule, parse_retention
 

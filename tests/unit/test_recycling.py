@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_arcature.recycling import Drain, Recycler, rss_mb
+from django_arcature.worker.recycling import Drain, Recycler, rss_mb
 
 
 class Clock:

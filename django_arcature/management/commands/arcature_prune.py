@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature.conf import get_settings
-from django_arcature.durations import parse_duration
+from django_arcature.core.durations import parse_duration
 from django_arcature.retention.prune import count_prunable, prune
 from django_arcature.retention.rules import FINISHED, PruneRule, read_retention
 

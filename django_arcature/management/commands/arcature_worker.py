@@ -15,7 +15,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
-from django_arcature.durations import parse_duration
+from django_arcature.core.durations import parse_duration
 from django_arcature.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO}

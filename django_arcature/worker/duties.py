@@ -30,8 +30,8 @@ class Duties:
     """Schedules and retention for one worker process."""
 
     def __init__(self, using: str, *, schedules: bool = True, retention: bool = True) -> None:
-        from .retention.rules import read_retention
-        from .schedules.firing import ScheduleRunner
+        from django_arcature.retention.rules import read_retention
+        from django_arcature.schedules.firing import ScheduleRunner
 
         self.using = using
         self.runner = ScheduleRunner(using) if schedules else None
@@ -78,7 +78,7 @@ class Duties:
         waits = [5.0]
         if self.runner is not None:
             if not self._synced:
-                from .schedules.sync import sync_code_schedules
+                from django_arcature.schedules.sync import sync_code_schedules
 
                 sync_code_schedules(self.using)
                 self._synced = True
@@ -94,7 +94,7 @@ class Duties:
 
     def _prune_once(self) -> float:
         """One batch per rule; the delay before the next round."""
-        from .retention.prune import prune_batch
+        from django_arcature.retention.prune import prune_batch
 
         assert self.retention is not None
         batch = self.retention.batch_size
