@@ -132,6 +132,7 @@ def assert_nothing_ran(driver: Any, where: str) -> None:
 
 def test_no_handler_text_runs_on_any_admin_page(browser: Any, live_server: Any) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     User.objects.create_superuser("operator", "ops@example.com", PASSWORD)
     jobs = hostile_jobs()
@@ -167,6 +168,9 @@ def test_no_handler_text_runs_on_any_admin_page(browser: Any, live_server: Any) 
     # The operator's buttons still work on a hostile job (no broken markup).
     browser.get(f"{base}/admin/django_arcature/job/{jobs['dead']}/change/")
     browser.find_element(By.CSS_SELECTOR, ".arcature-button-requeue").click()
-    browser.find_element(By.CSS_SELECTOR, ".messagelist")
+    # The click submits a form: wait for the page it leads to, which says what happened.
+    WebDriverWait(browser, 20).until(
+        lambda driver: driver.find_elements(By.CSS_SELECTOR, ".messagelist")
+    )
     assert_nothing_ran(browser, "after requeue")
     assert Job.objects.get(pk=jobs["dead"]).status == "pending"
