@@ -26,14 +26,14 @@ from pathlib import Path
 
 from django.db import connections
 
-from django_arcature.conf import get_settings
+from django_arcature.conf import ArcatureSettings, get_settings
 
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".sock"
 
 
-def hint_directory(using: str) -> Path:
+def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
     """The folder shared by the processes of this host that use this database.
 
     Named by a digest of the database's identity (vendor, host, port, name), so
@@ -44,18 +44,21 @@ def hint_directory(using: str) -> Path:
         str(settings_dict.get(key) or "") for key in ("ENGINE", "HOST", "PORT", "NAME")
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-    base = get_settings().wake_hint_dir or os.path.join(tempfile.gettempdir(), "arcature-wake")
+    base = (conf or get_settings()).wake_hint_dir or os.path.join(
+        tempfile.gettempdir(), "arcature-wake"
+    )
     return Path(base) / digest
 
 
-def send_hints(using: str) -> int:
+def send_hints(using: str, directory: Path | None = None) -> int:
     """Nudge every worker listening for this database on this host; return how many.
 
-    Sockets whose worker is gone (refused, or missing) are removed so the next
-    enqueue does not try them again.
+    ``directory`` is ``hint_directory(using)`` when the caller has it already (an
+    enqueue reads the settings once). Sockets whose worker is gone (refused, or
+    missing) are removed so the next enqueue does not try them again.
     """
     try:
-        entries = list(os.scandir(hint_directory(using)))
+        entries = list(os.scandir(directory or hint_directory(using)))
     except OSError:  # no worker has ever listened here: nothing to do
         return 0
     sent = 0

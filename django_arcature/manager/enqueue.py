@@ -24,7 +24,7 @@ from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.db.clock import database_now
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
-from django_arcature.hints import send_hints
+from django_arcature.hints import hint_directory, send_hints
 
 from .base import JobWriter
 
@@ -180,11 +180,12 @@ class EnqueueWrites(JobWriter):
             return
         model = self.model
         using = self.db
-        hints = get_settings().wake_hints
+        conf = get_settings()
+        hints = hint_directory(using, conf) if conf.wake_hints else None
 
         def send() -> None:
-            if hints:
-                send_hints(using)
+            if hints is not None:
+                send_hints(using, hints)
             for job in jobs:
                 signals.job_enqueued.send(sender=model, job=job)
 
