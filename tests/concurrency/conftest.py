@@ -106,4 +106,17 @@ def read_events(path: Path) -> list[tuple[str, str]]:
     return [tuple(line.split(" ", 1)) for line in path.read_text().splitlines()]  # type: ignore[misc]
 
 
-__all__ = ["WorkerProcess", "read_events", "signal", "wait_until"]
+def wait_started(events: Path, job_id: object, timeout: float = 30) -> None:
+    """Wait until a handler thread has begun the job, not merely claimed it.
+
+    A claimed job a signal finds still waiting for its thread is released at
+    once, as unstarted; tests about running jobs must wait for the thread.
+    """
+    wait_until(
+        lambda: ("job_attempt_started", str(job_id)) in read_events(events),
+        timeout=timeout,
+        what=f"a handler thread to start job {job_id}",
+    )
+
+
+__all__ = ["WorkerProcess", "read_events", "signal", "wait_started", "wait_until"]

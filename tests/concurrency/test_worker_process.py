@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from django_arcature.models import Job, JobStatus
-from tests.concurrency.conftest import WorkerProcess, read_events, wait_until
+from tests.concurrency.conftest import WorkerProcess, read_events, wait_started, wait_until
 from tests.pgcluster import connected_cluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -62,10 +62,10 @@ def test_burst_drains_every_job_to_its_end_state(start_worker: StartWorker) -> N
     assert "28 processed: 22 succeeded, 2 to retry, 4 dead, 0 lost claims" in worker.log
 
 
-def test_sigterm_lets_the_running_job_finish(start_worker: StartWorker) -> None:
+def test_sigterm_lets_the_running_job_finish(start_worker: StartWorker, events: Path) -> None:
     job = Job.objects.enqueue("tests.sleep", args=[1.5])
     worker = start_worker("--shutdown-timeout", "30")
-    wait_until(lambda: status_of(job.pk) == JobStatus.RUNNING, what="the job to start")
+    wait_started(events, job.pk)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.log
     row = Job.objects.get(pk=job.pk)
@@ -78,7 +78,7 @@ def test_sigterm_past_the_shutdown_timeout_releases_the_job(
 ) -> None:
     job = Job.objects.enqueue("tests.wait_for_cancel", args=[60])
     worker = start_worker("--shutdown-timeout", "0.5")
-    wait_until(lambda: status_of(job.pk) == JobStatus.RUNNING, what="the job to start")
+    wait_started(events, job.pk)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.log
     row = Job.objects.get(pk=job.pk)
@@ -87,10 +87,10 @@ def test_sigterm_past_the_shutdown_timeout_releases_the_job(
     assert ("job_released", str(job.pk)) in read_events(events)
 
 
-def test_second_signal_exits_at_once(start_worker: StartWorker) -> None:
+def test_second_signal_exits_at_once(start_worker: StartWorker, events: Path) -> None:
     job = Job.objects.enqueue("tests.sleep", args=[60])
     worker = start_worker("--shutdown-timeout", "60")
-    wait_until(lambda: status_of(job.pk) == JobStatus.RUNNING, what="the job to start")
+    wait_started(events, job.pk)
     worker.signal(signal.SIGINT)
     wait_until(lambda: "stopping" in worker.log, what="the worker to start stopping")
     worker.signal(signal.SIGINT)
@@ -156,7 +156,7 @@ def test_cancelled_running_job_completion_is_fenced_out(
 ) -> None:
     job = Job.objects.enqueue("tests.wait_for_cancel", args=[20])
     worker = start_worker("--lease", "3")
-    wait_until(lambda: status_of(job.pk) == JobStatus.RUNNING, what="the job to start")
+    wait_started(events, job.pk)
     assert Job.objects.cancel(job.pk) == 1
     wait_until(lambda: "result was discarded" in worker.log, what="the lost claim to be noticed")
     worker.signal(signal.SIGTERM)

@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import User
+from django.db.models import F
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -344,6 +345,13 @@ def test_filters_by_status_queue_task_and_error_kind(root: Client) -> None:
 def test_lists_are_newest_first_and_dead_letters_by_failure_time(root: Client) -> None:
     first = make_dead(1, queue="a")
     second = make_dead(1, queue="b")
+    # SQLite's clock counts milliseconds: two jobs written in one would tie.
+    # Moving the first back a second makes the order the test's, not chance's.
+    earlier = {
+        "created_at": F("created_at") - timedelta(seconds=1),
+        "finished_at": F("finished_at") - timedelta(seconds=1),
+    }
+    Job.objects.filter(pk=first[0]).update(**earlier)
     ids = [str(job.pk) for job in root.get(DEAD).context["cl"].result_list]
     assert ids == [str(second[0]), str(first[0])]
     ids = [str(job.pk) for job in root.get(JOBS).context["cl"].result_list]

@@ -17,6 +17,8 @@ _lock = threading.Lock()
 
 def _recorder(name: str) -> Any:
     def record(sender: Any, job_id: Any = None, **kwargs: Any) -> None:
+        if job_id is None and "job" in kwargs:  # job_attempt_started carries the job
+            job_id = kwargs["job"].id
         with _lock, open(str(_path), "a") as out:
             out.write(f"{name} {job_id}\n")
 
@@ -25,7 +27,14 @@ def _recorder(name: str) -> Any:
 
 _receivers = []
 if _path:
-    for _name in ("job_succeeded", "job_retried", "job_dead", "job_claim_lost", "job_released"):
+    for _name in (
+        "job_attempt_started",
+        "job_succeeded",
+        "job_retried",
+        "job_dead",
+        "job_claim_lost",
+        "job_released",
+    ):
         _receiver = _recorder(_name)
         _receivers.append(_receiver)  # signals hold weak references
         getattr(signals, _name).connect(_receiver)
