@@ -211,14 +211,12 @@ class Pages:
                 lines.append(f"-- {seconds * 1000:.1f} ms: {sql}")
             slowest = max(captured, default=None)
             if slowest and slowest[1].lstrip().upper().startswith("SELECT"):
-                prefix = {"postgresql": "EXPLAIN ", "mysql": "EXPLAIN ", "sqlite": ""}[
-                    connection.vendor
-                ] or "EXPLAIN QUERY PLAN "
+                prefix = "EXPLAIN QUERY PLAN " if connection.vendor == "sqlite" else "EXPLAIN "
                 try:
                     with connection.cursor() as cursor:
                         cursor.execute(prefix + slowest[1])
                         plan = [" | ".join(str(c) for c in row) for row in cursor.fetchall()]
-                except Exception as error:  # noqa: BLE001 - a plan we cannot take is reported
+                except Exception as error:  # a plan we cannot take is reported
                     plan = [f"(no plan: {error})"]
                 lines.append("plan of the slowest:")
                 lines.extend("   " + line for line in plan)
@@ -288,7 +286,7 @@ def measure(db: str, options: argparse.Namespace) -> dict[str, Any]:
     found["load_admin"] = load_average()
     rates: dict[str, dict[str, list[float]]] = {"small": {}, "big": {}}
     if not options.skip_writes:
-        for size, name in names.items():
+        for name in names.values():
             run_child(db, name, "reset")
         for _ in range(options.write_rounds):
             for phase, key in (("enqueue", "enqueue_single"), ("sweep", "sweep")):
