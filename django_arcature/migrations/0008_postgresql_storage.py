@@ -15,7 +15,8 @@ lease, so not one heartbeat was HOT (benchmarks/scale.md, "HOT updates").
 * ``fillfactor`` leaves room on each page that new rows do not take, for the
   heartbeat's new row versions (and the claim's and completion's, which then stay
   on their page too). It applies to pages filled from now on; existing pages keep
-  their rows until they are rewritten.
+  their rows until they are rewritten. ``ALTER TABLE … SET`` of these options takes
+  a lock that lets reads and writes go on, and rewrites nothing.
 * The autovacuum thresholds follow the dead rows instead of the table's size. With
   the server's defaults (20% of the table for a vacuum, 10% for an analyze), a table
   of 10,000,000 finished jobs is vacuumed after 2,000,000 dead rows, while the live
