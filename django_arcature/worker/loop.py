@@ -283,8 +283,10 @@ class Worker(HandlerThreads):
     def _wait(self) -> None:
         now = time.monotonic()
         timeout = min(self._next_heartbeat, self._next_sweep) - now
-        if self._fault.until > now:  # nothing to do but wait for the database
-            timeout = min(timeout, self._fault.until - now)
+        if self._fault.until > now:
+            # Nothing to do but wait for the database: an overdue sweep or heartbeat
+            # cannot run before then either, and waiting for it would spin.
+            timeout = self._fault.until - now
         else:
             timeout = min(timeout, self._idle_timeout())
             flush_at = self._flush_deadline()

@@ -191,6 +191,16 @@ def test_probe_without_a_file_fails(tmp_path: Path) -> None:
     assert probe(garbage).returncode == 1
 
 
+#: How long the outage test watches the worker's CPU while the database is gone.
+OUTAGE_SECONDS = 2.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
     settings = connection.settings_dict
@@ -218,6 +228,12 @@ def test_database_outage_is_reported_without_failing_liveness(
         proxy.drop_all()
         wait_for_state(path, "database unreachable", worker)
         assert record(path)["database_failures"] >= 1
+        # While it backs off, the loop sleeps: it must not spin on an overdue sweep.
+        before = cpu_seconds(worker.proc.pid)
+        time.sleep(OUTAGE_SECONDS)
+        spent = cpu_seconds(worker.proc.pid) - before
+        assert spent < OUTAGE_SECONDS * 0.1, f"{spent:.2f}s of CPU in {OUTAGE_SECONDS}s"
+        assert record(path)["state"] == "database unreachable"
         alive = probe(path, "--max-age", "3")
         assert alive.returncode == 0, alive.stderr
         assert "database unreachable" in alive.stdout
