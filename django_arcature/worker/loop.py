@@ -282,7 +282,10 @@ class Worker(HandlerThreads):
 
     def _wait(self) -> None:
         now = time.monotonic()
-        timeout = min(self._next_heartbeat, self._next_sweep) - now
+        wake_at = self._next_heartbeat
+        if self._stopping_since is None:  # no sweep while stopping: an overdue one would spin
+            wake_at = min(wake_at, self._next_sweep)
+        timeout = wake_at - now
         if self._fault.until > now:
             # Nothing to do but wait for the database: an overdue sweep or heartbeat
             # cannot run before then either, and waiting for it would spin.

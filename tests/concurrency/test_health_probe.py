@@ -24,7 +24,7 @@ import pytest
 from django.db import connection
 
 from django_arcature.models import Job, JobStatus
-from tests.concurrency.conftest import REPO, WorkerProcess, wait_until
+from tests.concurrency.conftest import REPO, WorkerProcess, wait_started, wait_until
 from tests.dburl import database_url
 from tests.faults.processes import FaultWorker
 from tests.faults.proxy import Action, FaultProxy
@@ -32,6 +32,10 @@ from tests.faults.proxy import Action, FaultProxy
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 StartWorker = Callable[..., WorkerProcess]
+
+#: A job still running while the test watches the stopping worker.
+STOPPING_JOB_SECONDS = 4.0
+STOPPING_WATCH_SECONDS = 2.0
 
 #: A database no probe may need: nothing listens on port 1.
 NO_DATABASE = "postgres://nobody:nothing@127.0.0.1:1/none"
@@ -152,6 +156,35 @@ def test_a_frozen_main_loop_fails_the_probe_and_recovers(
     )
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.log
+
+
+def test_a_stopping_worker_stays_alive_through_its_grace_period(
+    tmp_path: Path, events: Path
+) -> None:
+    path = tmp_path / "health.json"
+    # The fault suite's settings: a sweep every half second, overdue at once while stopping.
+    worker = FaultWorker(["--health-file", str(path), "--shutdown-timeout", "30"], events)
+    try:
+        wait_for_state(path, "ok", worker)
+        job_id = Job.objects.enqueue_many("tests.sleep", [(STOPPING_JOB_SECONDS,)])[0].id
+        connection.close()
+        wait_started(events, job_id)
+        worker.proc.send_signal(signal.SIGTERM)
+        wait_for_state(path, "stopping", worker)
+        # The loop waits for the running job without spinning on the sweep (which does
+        # not run while stopping), and keeps the file fresh meanwhile.
+        before = cpu_seconds(worker.proc.pid)
+        time.sleep(STOPPING_WATCH_SECONDS)
+        spent = cpu_seconds(worker.proc.pid) - before
+        assert spent < STOPPING_WATCH_SECONDS * 0.1, f"{spent:.2f}s of CPU while stopping"
+        stopping = probe(path, "--max-age", "2")
+        assert stopping.returncode == 0, stopping.stderr
+        assert "stopping, written" in stopping.stdout
+        assert worker.wait(30) == 0, worker.log
+        assert record(path)["state"] == "stopped"
+        assert Job.objects.get(id=job_id).status == JobStatus.SUCCEEDED
+    finally:
+        worker.cleanup()
 
 
 def test_a_killed_worker_goes_stale(start_worker: StartWorker, tmp_path: Path) -> None:
