@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -239,8 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_probe_arguments(parser, positional=True)
     args = parser.parse_args(argv)
     verdict = check(args.file, max_age=args.max_age, require_database=args.require_database)
-    print(verdict.reason)
-    return 0 if verdict.healthy else 1
+    if verdict.healthy:
+        print(verdict.reason)
+        return 0
+    print(f"unhealthy: {verdict.reason}", file=sys.stderr)
+    return 1
 
 
 def _max_age(text: str) -> float:
@@ -262,7 +266,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser, *, positional: bool = F
         type=_max_age,
         metavar="SECONDS",
         help="Fail if the worker last wrote the file longer ago than this. Default: three "
-        f"times the refresh bound the worker recorded, at least {DEFAULT_MIN_MAX_AGE:g}.",
+        "times the longest idle pause the worker recorded in the file, at least "
+        f"{DEFAULT_MIN_MAX_AGE:g}.",
     )
     parser.add_argument(
         "--require-database",

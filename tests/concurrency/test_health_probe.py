@@ -145,8 +145,9 @@ def test_a_frozen_main_loop_fails_the_probe_and_recovers(
         assert time.monotonic() - frozen_at >= 1.0  # not before the file could be stale
         stale = probe(path, "--max-age", "2", module=True)
         assert stale.returncode == 1
-        assert "main loop is stuck or the process is gone" in stale.stdout
-        assert "max age 2s" in stale.stdout
+        assert stale.stderr.startswith("unhealthy: worker ")
+        assert "main loop is stuck or the process is gone" in stale.stderr
+        assert "max age 2s" in stale.stderr
     finally:
         worker.signal(signal.SIGCONT)
     wait_until(
