@@ -24,6 +24,7 @@ import pytest
 from django.db import connection
 
 from django_arcature.models import Job, JobStatus
+from django_arcature.worker.health import HealthFile, check
 from tests.concurrency.conftest import REPO, WorkerProcess, wait_started, wait_until
 from tests.dburl import database_url
 from tests.faults.processes import FaultWorker
@@ -233,6 +234,25 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time a process has used so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_default_max_age_follows_the_workers_idle_pause(tmp_path: Path) -> None:
+    """A worker that may sleep 20 s between passes is not called stuck after 30 s."""
+    path = tmp_path / "health.json"
+    writer = HealthFile(path, "host:1:abc", refresh_within=20.0)
+    writer.beat("ok", database_failures=0)
+    written = record(path)["written_at"]
+    assert check(path, now=written + 59).healthy
+    late = check(path, now=written + 61)
+    assert not late.healthy
+    assert "max age 60s" in late.reason
+    # The floor: a worker refreshing every second still gets 30 s.
+    quick = HealthFile(path, "host:1:abc", refresh_within=0.2)
+    written = record(path)["written_at"]
+    assert quick.refresh_within == 1.0
+    assert check(path, now=written + 29).healthy
+    assert not check(path, now=written + 31).healthy
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["health.json"]  # no temp files left
 
 
 @pytest.fixture
