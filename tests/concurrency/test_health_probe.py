@@ -53,7 +53,18 @@ def probe(
         "PYTHONPATH": str(REPO),
     }
     if module:
-        command = [sys.executable, "-m", "django_arcature.worker.health", str(path), *args]
+        # No project at all: no settings module, no database, warnings as errors.
+        env.pop("DJANGO_SETTINGS_MODULE")
+        env.pop("DATABASE_URL")
+        command = [
+            sys.executable,
+            "-W",
+            "error",
+            "-m",
+            "django_arcature.worker.health",
+            str(path),
+            *args,
+        ]
     else:
         command = [sys.executable, "-m", "django", "arcature_health", "--file", str(path), *args]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
