@@ -79,17 +79,21 @@ class Round:
         with connection.cursor() as cursor:
             cursor.execute(f"{verb} {connection.ops.quote_name(self.tables[contender])}")
 
-    def rate(self, contender: str, count: int) -> float:
-        """Jobs per second, ``count`` enqueues of one contender, each its own transaction."""
+    def rate(self, contender: str, count: int) -> tuple[float, float]:
+        """Jobs per second, ``count`` enqueues of one contender, each its own transaction,
+        and this process's CPU time per enqueue in microseconds (the Python path's cost,
+        without the wait for the database)."""
         from django.db import connection
 
         assert connection.get_autocommit(), "each enqueue must commit on its own"
         self.clear(contender)
         enqueue = self.enqueue[contender]
+        cpu = time.process_time()
         started = time.perf_counter()
         for _ in range(count):
             enqueue()
-        return count / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        return count / elapsed, (time.process_time() - cpu) / count * 1e6
 
 
 def bind_listeners(count: int) -> list[tuple[socket.socket, str]]:
@@ -142,9 +146,13 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
         for contender in CONTENDERS:  # warm up: connection, caches, first-call imports
             bench.rate(contender, min(200, options.jobs))
         rounds: list[dict[str, float]] = []
+        cpu: dict[str, list[float]] = {contender: [] for contender in CONTENDERS}
         for index in range(options.rounds):
             order = CONTENDERS if index % 2 == 0 else CONTENDERS[::-1]
-            rounds.append({contender: bench.rate(contender, options.jobs) for contender in order})
+            measured = {contender: bench.rate(contender, options.jobs) for contender in order}
+            rounds.append({contender: rate for contender, (rate, _) in measured.items()})
+            for contender, (_, micros) in measured.items():
+                cpu[contender].append(micros)
         profile = profile_round(bench, options.jobs, options.top) if options.profile else ""
         for contender in CONTENDERS:
             bench.clear(contender)
@@ -161,6 +169,7 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
         "ratio": statistics.median(ratios),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
+        "cpu_us": {contender: statistics.median(cpu[contender]) for contender in CONTENDERS},
         "profile": profile,
     }
 
@@ -181,7 +190,8 @@ def table(results: list[dict[str, Any]], options: argparse.Namespace, loads: lis
     for r in results:
         lines.append(
             f"| {LABELS[r['db']]} | {r['arcature']:,.0f}/s | {r['tasks_db']:,.0f}/s "
-            f"| {r['ratio']:.2f}x | {r['ratio_min']:.2f}-{r['ratio_max']:.2f}x |"
+            f"| {r['ratio']:.2f}x | {r['ratio_min']:.2f}-{r['ratio_max']:.2f}x "
+            f"| {r['cpu_us']['arcature']:.0f} µs / {r['cpu_us']['tasks_db']:.0f} µs |"
         )
     return "\n".join(lines)
 

@@ -35,7 +35,7 @@ _SUFFIX = ".sock"
 
 
 #: ``hint_directory`` per (database identity, base folder): a digest is worked out once.
-_directories: dict[tuple[str, str], Path] = {}
+_directories: dict[tuple[str, str | None], Path] = {}
 
 
 def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
@@ -48,13 +48,12 @@ def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
     identity = "|".join(
         str(settings_dict.get(key) or "") for key in ("ENGINE", "HOST", "PORT", "NAME")
     )
-    base = (conf or get_settings()).wake_hint_dir or os.path.join(
-        tempfile.gettempdir(), "arcature-wake"
-    )
-    found = _directories.get((identity, base))
+    configured = (conf or get_settings()).wake_hint_dir
+    found = _directories.get((identity, configured))
     if found is None:
+        base = configured or os.path.join(tempfile.gettempdir(), "arcature-wake")
         digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-        found = _directories[(identity, base)] = Path(base) / digest
+        found = _directories[(identity, configured)] = Path(base) / digest
     return found
 
 

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 _UNIQUE_INSERT_ATTEMPTS = 10
 
+#: "Now" on the database's clock, for a new row's times: the INSERT writes it.
+_NOW = DatabaseNow()
+
 #: Runs one just-enqueued job inline (``ARCATURE["EAGER"]``); installed by the app's
 #: ``ready()`` so that the manager does not depend on the worker's dispatcher.
 _eager_runner: Callable[[Job], Job] | None = None
@@ -330,8 +333,10 @@ class EnqueueWrites(JobWriter):
             row = maker.make(
                 ids[0],
                 {"args": args, "kwargs": kwargs},
-                run_at if run_at is not None else DatabaseNow(delay_seconds),
-                DatabaseNow(),
+                run_at
+                if run_at is not None
+                else (DatabaseNow(delay_seconds) if delay_seconds else _NOW),
+                _NOW,
                 plan.unique_key(args, kwargs) if derive_key else unique_key,
             )
             return [row], maker.varying
@@ -394,14 +399,31 @@ class _InsertShape:
     def __init__(self, model: type[Job], connection: BaseDatabaseWrapper) -> None:
         ops = connection.ops
         meta = model._meta
-        self.fields = list(meta.concrete_fields)
-        self.head = "INSERT INTO {} ({}) VALUES (".format(
-            ops.quote_name(meta.db_table),
-            ", ".join(ops.quote_name(field.column or field.attname) for field in self.fields),
-        )
+        self.table = ops.quote_name(meta.db_table)
+        #: (field, its quoted column, how a plain value is written: "int" as a literal,
+        #: "text" as a literal when empty, "json" as a literal when an empty list or
+        #: dict, else a parameter). Fewer parameters: less for the driver to quote.
+        self.fields: list[tuple[Field[Any, Any], str, str]] = []
+        for field in meta.concrete_fields:
+            internal = field.get_internal_type()
+            if internal in ("IntegerField", "SmallIntegerField", "BigIntegerField"):
+                kind = "int"
+            elif internal in ("CharField", "TextField"):
+                kind = "text"
+            elif internal == "JSONField":
+                kind = "json"
+            else:
+                kind = ""
+            self.fields.append((field, ops.quote_name(field.column or field.attname), kind))
+        #: Nullable columns without a database default: a NULL is left to the table.
+        self.omit_null = {
+            field.attname
+            for field, _, _ in self.fields
+            if field.null and not field.has_db_default()
+        }
         self.returns = connection.features.can_return_columns_from_insert
         self.converters = {}
-        for field in self.fields:
+        for field, _, _ in self.fields:
             col = field.get_col(meta.db_table)
             found = [*ops.get_db_converters(col), *field.get_db_converters(connection)]
             self.converters[field.attname] = (col, found)
@@ -410,12 +432,17 @@ class _InsertShape:
         self.plain = all(
             type(field).pre_save is Field.pre_save
             or (isinstance(field, DateField) and not (field.auto_now or field.auto_now_add))
-            for field in self.fields
+            for field, _, _ in self.fields
         )
 
 
 #: Values that are never an SQL expression (checked first: most of a row's values).
 _PLAIN_TYPES = frozenset({str, int, float, bool, dict, list, uuid.UUID, datetime})
+
+#: Empty text, and the JSON of an empty list or dict, as SQL literals (what the
+#: fields would send as parameters).
+_EMPTY: dict[type, str] = {str: "''", list: "'[]'", dict: "'{}'"}
+_EMPTY_KIND: dict[type, str] = {str: "text", list: "json", dict: "json"}
 
 #: Per (database alias, model): its INSERT's fixed part.
 _shapes: dict[tuple[str, type[Any]], _InsertShape] = {}
@@ -449,25 +476,35 @@ def _insert_row(row: Job, using: str) -> None:
         _read_clock_fields(row, using)
         return
     vendor = connection.vendor
+    omit_null = shape.omit_null
+    columns: list[str] = []
     slots: list[str] = []
     params: list[Any] = []
     stamped: list[Field[Any, Any]] = []
-    for field in shape.fields:
+    for field, column, kind in shape.fields:
         value = values[field.attname]
         if value is None:
-            slots.append("NULL")
+            if field.attname in omit_null:
+                continue
+            slot = "NULL"
         elif isinstance(value, DatabaseNow):
-            slots.append(now_sql(vendor, value.seconds))
+            slot = now_sql(vendor, value.seconds)
             stamped.append(field)
         elif type(value) not in _PLAIN_TYPES and hasattr(value, "resolve_expression"):
             # Another expression: the ORM compiles it (nothing has been sent yet).
             save_new(row, using)
             _read_clock_fields(row, using)
             return
+        elif kind == "int" and type(value) is int:
+            slot = str(value)  # an int's own digits: nothing to quote
+        elif _EMPTY_KIND.get(type(value)) == kind and not value:
+            slot = _EMPTY[type(value)]
         else:
-            slots.append("%s")
+            slot = "%s"
             params.append(field.get_db_prep_save(value, connection))
-    sql = shape.head + ", ".join(slots) + ")"
+        columns.append(column)
+        slots.append(slot)
+    sql = f"INSERT INTO {shape.table} ({', '.join(columns)}) VALUES ({', '.join(slots)})"
     if stamped and shape.returns:
         returning, _ = connection.ops.returning_columns(stamped)
         sql = f"{sql} {returning}"
