@@ -34,7 +34,7 @@ _PER_JOB = {"id", "available_at", "created_at"}
 
 
 def _stored(job: Job) -> dict[str, Any]:
-    return Job.objects.filter(pk=job.pk).values().get()
+    return dict(Job.objects.filter(pk=job.pk).values().get())
 
 
 def test_one_enqueue_is_one_statement_that_returns_the_database_clock() -> None:
