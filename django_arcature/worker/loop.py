@@ -325,9 +325,11 @@ class Worker(HandlerThreads):
             if not self._finished:
                 self._first_finished_at = time.monotonic()
             self._finished.append(item)
-        elif item == "notify":
+        elif item in ("notify", "enqueued"):
             self._idle_wait = self._min_poll
-            self._gate.invalidate()  # a pause or resume may have been announced
+            # "enqueued" (a job NOTIFY) cannot mean a pause or resume: those send their
+            # own notification ("notify", like a hint), so only then re-read the flags.
+            self._gate.invalidate(pauses=item == "notify")
 
     # --- database steps, each guarded -----------------------------------------------
 
@@ -700,7 +702,11 @@ class Worker(HandlerThreads):
     def _start_threads(self) -> None:
         self._start_handlers()
         if self.listen and Listener.supported(self.using):
-            self._listener = Listener(self.using, lambda: self._events.put("notify"))
+            self._listener = Listener(
+                self.using,
+                lambda: self._events.put("enqueued"),
+                on_queues=lambda: self._events.put("notify"),
+            )
             self._listener.start()
         if self.conf.wake_hints:
             self._hints = HintReceiver(self.using, lambda: self._events.put("notify"))
