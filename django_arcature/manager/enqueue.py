@@ -415,6 +415,7 @@ class _InsertShape:
             else:
                 kind = ""
             self.fields.append((field, ops.quote_name(field.column or field.attname), kind))
+        self.quoted = {field.attname: column for field, column, _ in self.fields}
         #: Nullable columns without a database default: a NULL is left to the table.
         self.omit_null = {
             field.attname
@@ -506,8 +507,9 @@ def _insert_row(row: Job, using: str) -> None:
         slots.append(slot)
     sql = f"INSERT INTO {shape.table} ({', '.join(columns)}) VALUES ({', '.join(slots)})"
     if stamped and shape.returns:
-        returning, _ = connection.ops.returning_columns(stamped)
-        sql = f"{sql} {returning}"
+        # Spelled out rather than through the backend's helper, which Django 6.0 renamed.
+        returned_columns = ", ".join(shape.quoted[field.attname] for field in stamped)
+        sql = f"{sql} RETURNING {returned_columns}"
     with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchone() if stamped and shape.returns else None
