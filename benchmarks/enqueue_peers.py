@@ -1,7 +1,7 @@
 """One-by-one enqueue, django-arcature against django-tasks-db, in the same run.
 
     pip install django-tasks-db          # benchmark-only; not a dependency of the project
-    flock /work/helpers/bench.lock .venv/bin/python benchmarks/enqueue_peers.py --db postgres
+    .venv/bin/python benchmarks/enqueue_peers.py --db postgres
 
 Each contender enqueues ``--jobs`` no-op jobs one by one, each INSERT its own
 transaction (autocommit, as a view does): django-arcature through ``noop.enqueue()``
