@@ -212,7 +212,11 @@ class Churn:
         from django_arcature.managers import Completion
 
         orphans = self.Job.objects.filter(status="running", locked_by="churn")
-        done = [Completion(i, t, "succeeded") for i, t in orphans.values_list("id", "claim_token")]
+        done = [
+            Completion(job_id, token, "succeeded")
+            for job_id, token in orphans.values_list("id", "claim_token")
+            if token is not None  # always set while running (a check constraint says so)
+        ]
         if done:
             self.Job.objects.complete_batch(done)
             self.log(f"completed {len(done):,} jobs a terminated round left running")
