@@ -7,6 +7,7 @@ check in :mod:`django_arcature.checks`, rather than silently ignored.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 import os
@@ -15,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 
 from .core.limits import MAX_ATTEMPTS_MAX, MAX_TIMEOUT_SECONDS, QUEUE_MAX_LENGTH, name_problem
 from .core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
@@ -286,19 +288,46 @@ def _unknown_key_message(key: object) -> str:
     return f"ARCATURE[{key!r}] is not a known setting.{hint} Known keys: {known}."
 
 
+#: The last snapshot built: (the ``ARCATURE`` object it was read from, a deep copy of
+#: that value, the snapshot). Every enqueue reads the settings, and validating them
+#: was a measurable part of its time; the copy catches a dict changed in place.
+_cached: tuple[object, object, ArcatureSettings] | None = None
+
+
 def get_settings() -> ArcatureSettings:
     """Read ``settings.ARCATURE`` now (so ``override_settings`` works in tests).
 
     An invalid value raises instead of falling back to a default: a queue that
     quietly runs with a lease other than the one configured is worse than one
-    that refuses to start.
+    that refuses to start. The validated snapshot is reused while the setting
+    is the same object with the same value (``setting_changed`` also drops it),
+    so a hot path may call this freely.
     """
+    global _cached
     raw = getattr(settings, "ARCATURE", None)
+    cached = _cached
+    if cached is not None and cached[0] is raw and cached[1] == raw:
+        return cached[2]
     problems = validate(raw)
     if problems:
         raise ImproperlyConfigured(" ".join(problems))
     values = {**DEFAULTS, **(raw or {})}
-    return ArcatureSettings(**{key.lower(): value for key, value in values.items()})
+    snapshot = ArcatureSettings(**{key.lower(): value for key, value in values.items()})
+    try:
+        _cached = (raw, copy.deepcopy(raw), snapshot)
+    except Exception:  # a value that cannot be copied is simply read again next time
+        _cached = None
+    return snapshot
+
+
+def _forget_settings(*, setting: str, **kwargs: object) -> None:
+    """``setting_changed`` receiver: a changed ``ARCATURE`` is read afresh."""
+    global _cached
+    if setting == "ARCATURE":
+        _cached = None
+
+
+setting_changed.connect(_forget_settings, dispatch_uid="django_arcature.conf.forget_settings")
 
 
 def default_retry_policy() -> RetryPolicy:

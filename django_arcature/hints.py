@@ -14,6 +14,7 @@ into the enqueue that triggered it.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -33,6 +34,10 @@ logger = logging.getLogger(__name__)
 _SUFFIX = ".sock"
 
 
+#: ``hint_directory`` per (database identity, base folder): a digest is worked out once.
+_directories: dict[tuple[str, str | None], Path] = {}
+
+
 def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
     """The folder shared by the processes of this host that use this database.
 
@@ -43,11 +48,47 @@ def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
     identity = "|".join(
         str(settings_dict.get(key) or "") for key in ("ENGINE", "HOST", "PORT", "NAME")
     )
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-    base = (conf or get_settings()).wake_hint_dir or os.path.join(
-        tempfile.gettempdir(), "arcature-wake"
-    )
-    return Path(base) / digest
+    configured = (conf or get_settings()).wake_hint_dir
+    found = _directories.get((identity, configured))
+    if found is None:
+        base = configured or os.path.join(tempfile.gettempdir(), "arcature-wake")
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
+        found = _directories[(identity, configured)] = Path(base) / digest
+    return found
+
+
+class _Sender:
+    """One unbound datagram socket per process, reused by every hint it sends.
+
+    Opening a socket for each enqueue's hint cost as much as sending it. A
+    datagram send is one system call, safe from several threads at once; a
+    child process (``fork``) opens its own.
+    """
+
+    def __init__(self) -> None:
+        self._socket: socket.socket | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def get(self) -> socket.socket:
+        sender, pid = self._socket, os.getpid()
+        if sender is not None and self._pid == pid:
+            return sender
+        with self._lock:
+            if self._socket is None or self._pid != pid:
+                sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                sender.setblocking(False)
+                self._socket, self._pid = sender, pid
+            return self._socket
+
+    def close(self) -> None:
+        sender, self._socket = self._socket, None
+        if sender is not None:
+            sender.close()
+
+
+_sender = _Sender()
+atexit.register(_sender.close)
 
 
 def send_hints(using: str, directory: Path | None = None) -> int:
@@ -62,20 +103,19 @@ def send_hints(using: str, directory: Path | None = None) -> int:
     except OSError:  # no worker has ever listened here: nothing to do
         return 0
     sent = 0
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
-        sender.setblocking(False)
-        for entry in entries:
-            if not entry.name.endswith(_SUFFIX):
-                continue
-            try:
-                sender.sendto(b"!", entry.path)
-                sent += 1
-            except BlockingIOError:  # its buffer is full: it has been nudged already
-                sent += 1
-            except (ConnectionRefusedError, FileNotFoundError):
-                _remove(entry.path)
-            except OSError as exc:
-                logger.debug("wake-up hint to %s failed: %s", entry.path, exc)
+    sender = _sender.get()
+    for entry in entries:
+        if not entry.name.endswith(_SUFFIX):
+            continue
+        try:
+            sender.sendto(b"!", entry.path)
+            sent += 1
+        except BlockingIOError:  # its buffer is full: it has been nudged already
+            sent += 1
+        except (ConnectionRefusedError, FileNotFoundError):
+            _remove(entry.path)
+        except OSError as exc:
+            logger.debug("wake-up hint to %s failed: %s", entry.path, exc)
     return sent
 
 

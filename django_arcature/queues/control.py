@@ -20,12 +20,12 @@ __all__ = ["ensure_rows", "pause", "paused_queues", "resume"]
 def _notify(using: str) -> None:
     # Imported here: importing the worker package at module level would load the
     # worker loop, which imports this module.
-    from django_arcature.worker.wakeup import CHANNEL
+    from django_arcature.worker.wakeup import CHANNEL, QUEUES_PAYLOAD
 
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, "queues"])
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, QUEUES_PAYLOAD])
 
 
 def ensure_rows(names: list[str], using: str) -> None:

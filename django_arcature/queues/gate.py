@@ -76,9 +76,11 @@ class QueueGate:
         # until then: its lock and count are not repeated on every claim.
         self._quiet_until: dict[str, float] = {}
 
-    def invalidate(self) -> None:
-        """Read the pause flags again before the next claim (a notification arrived)."""
-        self._paused_read_at = None
+    def invalidate(self, pauses: bool = True) -> None:
+        """A notification arrived: ask the quiet limited queues again at the next claim,
+        and (``pauses``) read the pause flags again first."""
+        if pauses:
+            self._paused_read_at = None
         self._quiet_until.clear()
 
     def _current_pauses(self) -> set[str]:

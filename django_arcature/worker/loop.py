@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError
 from django.db import connections as db_connections
@@ -43,6 +43,9 @@ from django_arcature.worker.recycling import Drain, Recycler, pending_left
 
 from .handlers import EXIT_TOO_MANY_ABANDONED_THREADS, HandlerThreads
 from .wakeup import Listener
+
+if TYPE_CHECKING:
+    from .health import HealthFile
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +157,7 @@ class Worker(HandlerThreads):
         max_memory_mb: float | None = None,
         max_runtime: float | None = None,
         duties: bool = True,
+        health_file: str | os.PathLike[str] | None = None,
     ) -> None:
         conf = get_settings()
         self.conf = conf
@@ -211,6 +215,7 @@ class Worker(HandlerThreads):
         self._last_request = 0
         self._last_claim_empty = False
         self._first_finished_at = 0.0
+        self._health = self._open_health_file(health_file)
 
     # --- public ------------------------------------------------------------------
 
@@ -242,6 +247,8 @@ class Worker(HandlerThreads):
                 self._duties.stop()
             self._shutdown_threads()
             self._restore_signals(previous)
+            if self._health is not None:
+                self._health.stopped(self._exit_status, jobs_finished=self.stats.finished)
             logger.info("worker %s stopped: %s", self.worker_id, self.stats.summary())
         return self._exit_status
 
@@ -253,6 +260,8 @@ class Worker(HandlerThreads):
             self._maybe_recycle()
             if self._stop_requested and self._stopping_since is None:
                 self._begin_shutdown()
+            if self._health is not None:
+                self._report_health(self._health)
             if self._database_usable():
                 self._maybe_heartbeat()
                 self._flush()
@@ -273,9 +282,14 @@ class Worker(HandlerThreads):
 
     def _wait(self) -> None:
         now = time.monotonic()
-        timeout = min(self._next_heartbeat, self._next_sweep) - now
-        if self._fault.until > now:  # nothing to do but wait for the database
-            timeout = min(timeout, self._fault.until - now)
+        wake_at = self._next_heartbeat
+        if self._stopping_since is None:  # no sweep while stopping: an overdue one would spin
+            wake_at = min(wake_at, self._next_sweep)
+        timeout = wake_at - now
+        if self._fault.until > now:
+            # Nothing to do but wait for the database: an overdue sweep or heartbeat
+            # cannot run before then either, and waiting for it would spin.
+            timeout = self._fault.until - now
         else:
             timeout = min(timeout, self._idle_timeout())
             flush_at = self._flush_deadline()
@@ -311,9 +325,11 @@ class Worker(HandlerThreads):
             if not self._finished:
                 self._first_finished_at = time.monotonic()
             self._finished.append(item)
-        elif item == "notify":
+        elif item in ("notify", "enqueued"):
             self._idle_wait = self._min_poll
-            self._gate.invalidate()  # a pause or resume may have been announced
+            # "enqueued" (a job NOTIFY) cannot mean a pause or resume: those send their
+            # own notification ("notify", like a hint), so only then re-read the flags.
+            self._gate.invalidate(pauses=item == "notify")
 
     # --- database steps, each guarded -----------------------------------------------
 
@@ -686,7 +702,11 @@ class Worker(HandlerThreads):
     def _start_threads(self) -> None:
         self._start_handlers()
         if self.listen and Listener.supported(self.using):
-            self._listener = Listener(self.using, lambda: self._events.put("notify"))
+            self._listener = Listener(
+                self.using,
+                lambda: self._events.put("enqueued"),
+                on_queues=lambda: self._events.put("notify"),
+            )
             self._listener.start()
         if self.conf.wake_hints:
             self._hints = HintReceiver(self.using, lambda: self._events.put("notify"))
@@ -735,6 +755,27 @@ class Worker(HandlerThreads):
             )
             os._exit(128 + signum)
         self.stop()
+
+    # --- liveness file ------------------------------------------------------------------------
+
+    def _open_health_file(self, path: str | os.PathLike[str] | None) -> HealthFile | None:
+        """Write the first record now, so an unwritable path fails before any job is claimed."""
+        if path is None:
+            return None
+        from .health import HealthFile  # here: `python -m ….health` must not find it imported
+
+        # The loop passes at least this often even when idle (see _wait).
+        longest_sleep = min(self.poll_interval, self.conf.sweep_interval, self.lease / 3)
+        return HealthFile(path, self.worker_id, refresh_within=longest_sleep)
+
+    def _report_health(self, health: HealthFile) -> None:
+        """One cheap call per pass; the file is rewritten at most about once a second."""
+        health.report(
+            stopping=self._stopping_since is not None,
+            database_failures=self._fault.failures,
+            jobs_running=len(self._inflight),
+            jobs_finished=self.stats.finished,
+        )
 
     def _report_progress(self) -> None:
         now = time.monotonic()

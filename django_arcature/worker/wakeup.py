@@ -33,17 +33,35 @@ from django_arcature.conf import get_settings
 logger = logging.getLogger(__name__)
 
 CHANNEL = "arcature_jobs"
+#: The payload of the notification a queue's pause or resume sends (queues/control.py).
+#: Job inserts send an empty one; a listener's self-test sends ``probe:<token>``.
+QUEUES_PAYLOAD = "queues"
+PROBE_PREFIX = "probe:"
 #: How long the listener waits for its own probe before concluding LISTEN does not deliver.
 PROBE_SECONDS = 2.0
 
 
 class Listener:
-    """A daemon thread that calls ``wake()`` on every notification, reconnecting on failure."""
+    """A daemon thread that calls ``wake()`` on every notification, reconnecting on failure.
 
-    def __init__(self, using: str, wake: Callable[[], None]) -> None:
+    ``on_queues`` (default: ``wake``) is called instead for a queue's pause or resume,
+    and after each (re)connect, when such a change may have been missed: only then
+    must the worker re-read the pause flags. Job notifications wake every idle
+    worker of the fleet at once, so sparing each of them that extra query halves
+    the round trips of the wake-up, and takes one off the pickup's latency.
+    Another listener's probe wakes nobody: no job is behind it.
+    """
+
+    def __init__(
+        self,
+        using: str,
+        wake: Callable[[], None],
+        on_queues: Callable[[], None] | None = None,
+    ) -> None:
         self.using = using
         self.listen_using = listen_alias(using)
         self.wake = wake
+        self.on_queues = on_queues or wake
         #: None until probed; False once LISTEN was found not to deliver here.
         self.delivers: bool | None = None
         self._closed = threading.Event()
@@ -75,7 +93,7 @@ class Listener:
 
     def _probe(self, conn: Any) -> bool:
         """Whether a NOTIFY sent the way enqueues send theirs reaches this LISTEN."""
-        token = f"probe:{uuid.uuid4().hex}"
+        token = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
         with _autocommit_connection(self.using) as sender:
             sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, token))
         deadline = time.monotonic() + PROBE_SECONDS
@@ -105,11 +123,12 @@ class Listener:
                         return
                 self._listening.set()
                 pause = 0.1
-                # Anything enqueued while we were not listening was missed: look now.
-                self.wake()
+                # Anything enqueued (or paused) while we were not listening was
+                # missed: look now.
+                self.on_queues()
                 while not self._closed.is_set():
-                    for _ in conn.notifies(timeout=0.5):
-                        self.wake()
+                    for notify in conn.notifies(timeout=0.5):
+                        self._dispatch(notify.payload)
             except Exception as exc:  # the database went away, or LISTEN is refused
                 if self._closed.is_set():
                     break
@@ -129,6 +148,14 @@ class Listener:
                         conn.close()
                     except Exception:  # closing a dead connection may fail too
                         logger.debug("closing the LISTEN connection failed", exc_info=True)
+
+    def _dispatch(self, payload: str) -> None:
+        if payload.startswith(PROBE_PREFIX):
+            return
+        if payload == QUEUES_PAYLOAD:
+            self.on_queues()
+        else:
+            self.wake()
 
 
 def listen_alias(using: str) -> str:

@@ -66,3 +66,45 @@ def test_postgresql_insert_trigger_is_recreated() -> None:
     finally:
         call_command("migrate", "django_arcature", verbosity=0)
     assert triggers() == ["arcature_notify_inserted"]
+
+
+@pytest.mark.only_on("postgresql", reason="table storage options are PostgreSQL's (0008)")
+@pytest.mark.django_db(transaction=True)
+def test_postgresql_storage_options_and_sweep_index_both_ways() -> None:
+    """0008 sets the fillfactor and autovacuum options and drops the lease from the sweep
+    index; reversed, the table has the server's defaults and 0005's index again."""
+
+    def storage() -> tuple[set[str], str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [TABLE])
+            (options,) = cursor.fetchone()
+            cursor.execute(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'arcature_sweep_idx'", []
+            )
+            (sweep,) = cursor.fetchone()
+        return set(options or []), sweep.split(" USING btree ")[1]
+
+    options, sweep = storage()
+    assert options == {
+        "fillfactor=90",
+        "autovacuum_vacuum_threshold=1000",
+        "autovacuum_vacuum_scale_factor=0.01",
+        "autovacuum_analyze_threshold=1000",
+        "autovacuum_analyze_scale_factor=0.01",
+        "autovacuum_vacuum_insert_threshold=10000",
+        "autovacuum_vacuum_insert_scale_factor=0.01",
+    }
+    assert sweep == "(id) WHERE ((status)::text = 'running'::text)"
+    try:
+        call_command("migrate", "django_arcature", "0007", verbosity=0)
+        assert storage() == (set(), "(lease_expires_at) WHERE ((status)::text = 'running'::text)")
+    finally:
+        call_command("migrate", "django_arcature", verbosity=0)
+    assert storage() == (options, sweep)
+    # The sweep still finds an expired lease through the rebuilt index.
+    Job.objects.enqueue("tests.noop")
+    (claimed,) = Job.objects.claim("w", lease=1, batch=1)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {TABLE} SET lease_expires_at = locked_at - interval '1 second'")
+    assert Job.objects.sweep_expired_leases() == 1
+    assert Job.objects.get(id=claimed.id).status == "pending"

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from django_arcature.db import ClaimedJob
 from django_arcature.managers import Completion
@@ -249,3 +249,65 @@ def test_postgresql_claim_and_sweep_indexes_hold_live_rows_only() -> None:
     finally:
         call_command("migrate", "django_arcature", verbosity=0)
     assert definitions() == partial
+
+
+@pytest.mark.only_on("postgresql", reason="the sweep index without the lease is 0008's")
+def test_postgresql_sweep_reads_only_running_rows(big_table: list[ClaimedJob]) -> None:
+    """0008's sweep index holds the running jobs' ids, no lease: the sweep reads them all.
+
+    Half of the running jobs' leases have expired. Whatever index the planner picks
+    (the sweep's, or the finished index by status), the job table's scan may read the
+    running rows, and not one pending or finished row.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {connection.ops.quote_name(TABLE)} SET lease_expires_at = locked_at "
+            "WHERE id IN (SELECT id FROM "
+            f"{connection.ops.quote_name(TABLE)} WHERE status = 'running' LIMIT %s)",
+            [RUNNING // 2],
+        )
+    found = explained(
+        "default",
+        lambda: Job.objects.sweep_expired_leases(),
+        lambda sql: sql.lstrip().upper().startswith("SELECT"),
+        analyze=True,
+    )
+    assert found
+    _statement, plan = found[0]
+    scans = pg_job_scans(plan)
+    assert scans, plan
+    for node in scans:
+        read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        assert read <= RUNNING, (node["Node Type"], node.get("Index Name"), read)
+    assert plan[0]["Plan"]["Actual Rows"] == RUNNING // 2
+
+
+@pytest.mark.only_on("postgresql", reason="HOT updates are PostgreSQL's (migration 0008)")
+def test_postgresql_heartbeats_are_hot_updates(make_jobs: MakeJobs) -> None:
+    """A heartbeat changes no indexed column (0008), so PostgreSQL updates it in place.
+
+    Before 0008 the sweep index held ``lease_expires_at`` and no heartbeat was HOT.
+    A few jobs, so their page has room for the new row versions (on a full page a
+    HOT update waits for the page to be pruned; benchmarks/churn.py measures that).
+    Counted in the heartbeat's own transaction: PostgreSQL 15's ``pg_stat_get_xact_*``
+    also hold earlier transactions' counts not yet reported, hence before and after.
+    """
+    make_jobs(5)
+    claimed = Job.objects.claim("w-hot", 30, 5)
+    claims = [(job.id, job.claim_token) for job in claimed]
+    query = (
+        "SELECT pg_stat_get_xact_tuples_updated(%s::regclass), "
+        "pg_stat_get_xact_tuples_hot_updated(%s::regclass)"
+    )
+    for beat in (
+        lambda: Job.objects.heartbeat_many(claims, 60),
+        lambda: Job.objects.heartbeat(claims[0][0], claims[0][1], 90),
+    ):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(query, [TABLE, TABLE])
+            updated_before, hot_before = cursor.fetchone()
+            beat()
+            cursor.execute(query, [TABLE, TABLE])
+            updated, hot = cursor.fetchone()
+        assert updated - updated_before > 0
+        assert hot - hot_before == updated - updated_before

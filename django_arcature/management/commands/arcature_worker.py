@@ -194,6 +194,13 @@ class Command(BaseCommand):
             help="The address the metrics port listens on. Default: every interface.",
         )
         parser.add_argument(
+            "--health-file",
+            metavar="PATH",
+            help="Liveness: the main loop rewrites this JSON file about once a second (state, "
+            "worker id, pid); `manage.py arcature_health --file PATH` checks it without the "
+            "database. Its folder must exist and be writable.",
+        )
+        parser.add_argument(
             "--database",
             default=None,
             help='The database alias holding the job table. Default: ARCATURE["DATABASE"], '
@@ -226,6 +233,7 @@ class Command(BaseCommand):
                 max_memory_mb=options["max_memory"],
                 max_runtime=options["max_runtime"],
                 duties=options["duties"],
+                health_file=options["health_file"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
