@@ -93,8 +93,8 @@ def worker_main(argv: list[str]) -> None:
 
         return wrapper
 
-    BaseDatabaseWrapper._commit = counted("COMMIT", BaseDatabaseWrapper._commit)  # type: ignore[method-assign]
-    BaseDatabaseWrapper._rollback = counted("ROLLBACK", BaseDatabaseWrapper._rollback)  # type: ignore[method-assign]
+    for name, kind in (("_commit", "COMMIT"), ("_rollback", "ROLLBACK")):
+        setattr(BaseDatabaseWrapper, name, counted(kind, getattr(BaseDatabaseWrapper, name)))
 
     def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         events.append((time.time(), " ".join(str(sql).split())[:60]))
@@ -216,7 +216,7 @@ class Idle:
         settings.ARCATURE = arcature_settings(combo)
         with tempfile.TemporaryDirectory() as folder:
             measure = self.measure_for(combo, Path(folder) / "pickup.json")
-            measure.clear = self.clear  # type: ignore[method-assign]
+            measure.clear = self.clear
             result: dict[str, float] = measure.pickup(self.options.samples)
             return result
 
@@ -327,8 +327,8 @@ def main() -> None:
     options = parser.parse_args()
     options.workers = [int(n) for n in str(options.workers).split(",")]
     if options.one:
-        rows = child(options.one, options)
-        print("RESULT " + json.dumps([{**row, "db": options.one} for row in rows]))
+        found_rows = child(options.one, options)
+        print("RESULT " + json.dumps([{**row, "db": options.one} for row in found_rows]))
         return
     load = load_average()
     rows: list[dict[str, Any]] = []
