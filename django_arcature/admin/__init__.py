@@ -437,8 +437,11 @@ class DeadJobAdmin(BaseJobAdmin):
     list_display_links = ("short_id", "task_name")
     list_filter = ("error_kind", QueueFilter, TaskFilter)
     date_hierarchy = "finished_at"
-    # created_at breaks ties: SQLite stamps finished_at to the millisecond.
-    ordering = ("-finished_at", "-created_at")
+    # The primary key breaks ties (SQLite stamps finished_at to the millisecond):
+    # (status, finished_at) then gives the whole order on MariaDB, whose InnoDB
+    # indexes end with the primary key. With created_at as the tie-break it sorted
+    # every dead row instead: 1.3 s a page with 20,000 dead jobs in 1,000,000.
+    ordering = ("-finished_at", "-pk")
     sortable_by = ("finished",)
     actions = ("requeue_jobs",)
 

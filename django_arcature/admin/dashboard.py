@@ -1,7 +1,8 @@
 """The queue dashboard: per-queue counts, lag, throughput over the last hour, workers.
 
-Five grouped queries, each bounded by an index instead of the table's size:
-live and dead jobs by ``(status, queue, …)``, the last hour's finished jobs by
+Grouped queries, each bounded by an index instead of the table's size:
+live jobs by ``(status, queue, …)``, dead jobs counted up to a limit and then
+estimated (``_dead_counts``), the last hour's finished jobs by
 ``(status, finished_at)`` (per queue and minute, then per task), and running
 jobs by ``(status, lease_expires_at)``; and one sample of at most
 ``RUN_TIME_SAMPLE`` of the last hour's finished jobs, newest first on the same
@@ -26,7 +27,7 @@ from django.utils.formats import time_format
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_arcature.db import DatabaseNow
+from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ logger = logging.getLogger(__name__)
 WINDOW_MINUTES = 60
 #: The newest finished first-attempt jobs of the last hour read for the run-time percentiles.
 RUN_TIME_SAMPLE = 2000
+#: Dead jobs counted exactly; past this many, per queue the planner's estimate.
+DEAD_COUNT_LIMIT = 10_000
+#: The newest dead jobs whose queues get an estimate past ``DEAD_COUNT_LIMIT``.
+DEAD_QUEUE_SAMPLE = 200
 
 
 @dataclass
@@ -96,6 +101,14 @@ class Dashboard:
     chart: Chart
     totals: dict[str, int] = field(default_factory=dict)
     tasks: list[TaskRow] = field(default_factory=list)
+    #: The dead counts are the planner's estimates (more than ``DEAD_COUNT_LIMIT``).
+    dead_estimated: bool = False
+
+    @property
+    def dead_total_label(self) -> str:
+        """The total of dead jobs, marked ``~`` when it is an estimate."""
+        total = self.totals.get("dead", 0)
+        return f"~{total}" if self.dead_estimated else str(total)
 
 
 def collect(now: datetime.datetime | None = None, using: str = "default") -> Dashboard:
@@ -109,7 +122,7 @@ def collect(now: datetime.datetime | None = None, using: str = "default") -> Das
         return queues.setdefault(name, QueueRow(queue=name))
 
     live = (
-        jobs.filter(status__in=(JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD))
+        jobs.filter(status__in=(JobStatus.PENDING, JobStatus.RUNNING))
         .values("queue", "status")
         .annotate(
             total=Count("*"),
@@ -124,10 +137,11 @@ def collect(now: datetime.datetime | None = None, using: str = "default") -> Das
             line.scheduled = item["scheduled"]
             line.ready = item["total"] - item["scheduled"]
             line.oldest_ready = item["oldest_ready"]
-        elif item["status"] == JobStatus.RUNNING:
-            line.running = item["total"]
         else:
-            line.dead = item["total"]
+            line.running = item["total"]
+    dead, dead_estimated = _dead_counts(jobs, using)
+    for name, total in dead.items():
+        row(name).dead = total
 
     per_minute: dict[datetime.datetime, list[int]] = {}
     finished = (
@@ -170,7 +184,38 @@ def collect(now: datetime.datetime | None = None, using: str = "default") -> Das
         "dead": sum(q.dead for q in ordered),
     }
     tasks = _tasks(jobs, since)
-    return Dashboard(now, ordered, workers, minutes, build_chart(minutes), totals, tasks)
+    return Dashboard(
+        now, ordered, workers, minutes, build_chart(minutes), totals, tasks, dead_estimated
+    )
+
+
+def _dead_counts(jobs: Any, using: str) -> tuple[dict[str, int], bool]:
+    """Dead jobs per queue: exact up to ``DEAD_COUNT_LIMIT``, past it the planner's estimate.
+
+    Dead jobs are kept until an operator requeues or prunes them, so their count
+    has no bound: an exact ``COUNT(*)`` of 200,000 dead rows spread over a table
+    of 10,000,000 read them all (2 s here, against 0.07 s for the rest of the
+    page). As the job list's paginator does, a count that stops at the limit
+    decides; past it, each queue seen among the newest dead jobs gets the
+    planner's estimate (True in the result says so); a queue whose dead jobs all
+    died before the newest ``DEAD_QUEUE_SAMPLE`` is then left out. SQLite keeps no
+    estimates and is counted exactly.
+    """
+    dead = jobs.filter(status=JobStatus.DEAD).order_by()
+    driver = driver_for(using)
+    if dead[: DEAD_COUNT_LIMIT + 1].count() > DEAD_COUNT_LIMIT:
+        newest = dead.order_by("-finished_at").values_list("queue", flat=True)
+        estimates: dict[str, int] = {}
+        for name in sorted(set(newest[:DEAD_QUEUE_SAMPLE])):
+            sql, params = dead.filter(queue=name).query.sql_with_params()
+            estimate = driver.estimate_rows(sql, params)
+            if estimate is None:
+                break
+            estimates[name] = estimate
+        else:
+            return estimates, True
+    grouped = dead.values("queue").annotate(total=Count("*")).order_by()
+    return {item["queue"]: item["total"] for item in grouped}, False
 
 
 def _tasks(jobs: Any, since: datetime.datetime) -> list[TaskRow]:

@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 
 #: How far the paginator counts exactly before it asks the planner instead.
 EXACT_COUNT_LIMIT = 10_000
-#: How many of the newest rows feed the queue and task filter choices.
-FILTER_SAMPLE_SIZE = 2_000
+#: How many of the newest rows feed the queue and task filter choices. On the
+#: dead-letter page they are scattered over the table (one row in 50 there): 2,000
+#: of them cost 26 ms in a table of 10,000,000 rows, against 1 ms in a small one.
+FILTER_SAMPLE_SIZE = 500
 
 
 if TYPE_CHECKING:
