@@ -28,7 +28,7 @@ from django_arcature.worker.health import HealthFile, check
 from tests.concurrency.conftest import REPO, WorkerProcess, wait_started, wait_until
 from tests.dburl import database_url
 from tests.faults.processes import FaultWorker
-from tests.faults.proxy import Action, FaultProxy
+from tests.faults.proxy import Action, FaultProxy, proxy_to_test_database
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -268,10 +268,8 @@ def test_default_max_age_follows_the_workers_idle_pause(tmp_path: Path) -> None:
 
 @pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
-    settings = connection.settings_dict
-    relay = FaultProxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
-    yield relay
-    relay.close()
+    with proxy_to_test_database() as relay:
+        yield relay
 
 
 @pytest.mark.only_on(

@@ -26,6 +26,7 @@ import enum
 import logging
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
@@ -202,3 +203,16 @@ class FaultProxy:
                 self.connections_seen += 1
             for target in (pair.pump_requests, pair.pump_responses):
                 threading.Thread(target=target, name="fault-proxy-pump", daemon=True).start()
+
+
+@contextlib.contextmanager
+def proxy_to_test_database() -> Iterator[FaultProxy]:
+    """A proxy in front of the test database's server, closed afterwards."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    relay = FaultProxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
+    try:
+        yield relay
+    finally:
+        relay.close()

@@ -26,7 +26,7 @@ from django.db.models import Count
 from django_arcature.models import Job, JobStatus
 from tests.faults import jobs as fault_jobs
 from tests.faults.processes import FaultWorker, event_counts
-from tests.faults.proxy import Action, FaultProxy
+from tests.faults.proxy import Action, FaultProxy, proxy_to_test_database
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -45,10 +45,8 @@ StartWorker = Callable[..., FaultWorker]
 
 @pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
-    settings = connection.settings_dict
-    relay = FaultProxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
-    yield relay
-    relay.close()
+    with proxy_to_test_database() as relay:
+        yield relay
 
 
 @pytest.fixture
