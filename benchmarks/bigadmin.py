@@ -310,7 +310,7 @@ def write_results(results: list[dict[str, Any]], options: argparse.Namespace) ->
     command = "benchmarks/bigadmin.py " + " ".join(sys.argv[1:])
     parts = [
         f"Measured {stamp} on {platform.machine()} ({os.cpu_count()} cores).\n\n"
-        f"```console\n$ flock /work/helpers/bench.lock .venv/bin/python {command}\n```\n"
+        f"```console\n$ .venv/bin/python {command}\n```\n"
     ]
     for r in results:
         small, big = r["small"], r["big"]

@@ -1,6 +1,6 @@
 """HOT updates and bloat of the PostgreSQL job table after churning many jobs, before/after 0008.
 
-    flock /work/helpers/bench.lock .venv/bin/python benchmarks/churn.py --jobs 1000000
+    .venv/bin/python benchmarks/churn.py --jobs 1000000
 
 Two databases, ``arc_churn_before`` (migrated up to 0007) and ``arc_churn_after`` (with
 0008_postgresql_storage), each rebuilt from nothing by this run and given the same
@@ -413,7 +413,7 @@ def render(options: argparse.Namespace, found: dict[str, dict[str, Any]], load: 
         f"beyond the newest {options.keep:,} are pruned. Rounds run again after another "
         f"suite terminated the connection: {before['retried']} before, {after['retried']} "
         "after (the cut round's jobs stay in the table's history).\n\n"
-        f"```console\n$ flock /work/helpers/bench.lock .venv/bin/python {command}\n```\n\n"
+        f"```console\n$ .venv/bin/python {command}\n```\n\n"
         + "\n".join(lines)
         + f"\n\nThe sweep's plan at the end (last round's jobs still running):\n\n"
         f"```text\n{plans}\n```\n"

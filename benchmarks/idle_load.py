@@ -293,8 +293,7 @@ def write_results(rows: list[dict[str, Any]], options: argparse.Namespace, load:
         f"Measured {stamp} on {platform.machine()} ({os.cpu_count()} cores); load average "
         f"before the run: {load}. Windows of {options.seconds:.0f} s after "
         f"{options.settle:.0f} s of settling; pickup over {options.samples} jobs.\n\n"
-        f"```console\n$ flock /work/helpers/bench.lock .venv/bin/python {command}\n```\n\n"
-        + table(rows)
+        f"```console\n$ .venv/bin/python {command}\n```\n\n" + table(rows)
     )
     print(block)
     if options.no_write:
