@@ -27,8 +27,11 @@ from django.utils.formats import time_format
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_arcature.db import DatabaseNow, driver_for
+from django_arcature.db import DatabaseNow
+from django_arcature.db.counts import planner_estimate
 from django_arcature.models import Job, JobStatus
+
+from .lists import EXACT_COUNT_LIMIT
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +39,7 @@ WINDOW_MINUTES = 60
 #: The newest finished first-attempt jobs of the last hour read for the run-time percentiles.
 RUN_TIME_SAMPLE = 2000
 #: Dead jobs counted exactly; past this many, per queue the planner's estimate.
-DEAD_COUNT_LIMIT = 10_000
+DEAD_COUNT_LIMIT = EXACT_COUNT_LIMIT
 #: The newest dead jobs whose queues get an estimate past ``DEAD_COUNT_LIMIT``.
 DEAD_QUEUE_SAMPLE = 200
 
@@ -139,7 +142,7 @@ def collect(now: datetime.datetime | None = None, using: str = "default") -> Das
             line.oldest_ready = item["oldest_ready"]
         else:
             line.running = item["total"]
-    dead, dead_estimated = _dead_counts(jobs, using)
+    dead, dead_estimated = _dead_counts(jobs)
     for name, total in dead.items():
         row(name).dead = total
 
@@ -189,7 +192,7 @@ def collect(now: datetime.datetime | None = None, using: str = "default") -> Das
     )
 
 
-def _dead_counts(jobs: Any, using: str) -> tuple[dict[str, int], bool]:
+def _dead_counts(jobs: Any) -> tuple[dict[str, int], bool]:
     """Dead jobs per queue: exact up to ``DEAD_COUNT_LIMIT``, past it the planner's estimate.
 
     Dead jobs are kept until an operator requeues or prunes them, so their count
@@ -202,13 +205,11 @@ def _dead_counts(jobs: Any, using: str) -> tuple[dict[str, int], bool]:
     estimates and is counted exactly.
     """
     dead = jobs.filter(status=JobStatus.DEAD).order_by()
-    driver = driver_for(using)
     if dead[: DEAD_COUNT_LIMIT + 1].count() > DEAD_COUNT_LIMIT:
         newest = dead.order_by("-finished_at").values_list("queue", flat=True)
         estimates: dict[str, int] = {}
         for name in sorted(set(newest[:DEAD_QUEUE_SAMPLE])):
-            sql, params = dead.filter(queue=name).query.sql_with_params()
-            estimate = driver.estimate_rows(sql, params)
+            estimate = planner_estimate(dead.filter(queue=name))
             if estimate is None:
                 break
             estimates[name] = estimate

@@ -28,7 +28,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_arcature import registry
-from django_arcature.db import driver_for
+from django_arcature.db.counts import bounded_count
 
 logger = logging.getLogger(__name__)
 
@@ -62,16 +62,8 @@ class EstimatedCountPaginator(_Paginator):
         object_list = self.object_list
         if not isinstance(object_list, QuerySet):
             return len(object_list)
-        unordered = object_list.order_by()
-        bounded = unordered[: self.exact_limit + 1].count()
-        if bounded <= self.exact_limit:
-            return bounded
-        sql, params = unordered.query.sql_with_params()
-        estimate = driver_for(unordered.db).estimate_rows(sql, params)
-        if estimate is None:
-            return unordered.count()
-        self.count_is_estimate = True
-        return max(estimate, bounded)
+        count, self.count_is_estimate = bounded_count(object_list, self.exact_limit)
+        return count
 
 
 def _sample(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:

@@ -19,10 +19,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import DatabaseError, connections
-from django.db.models import Count, Min, QuerySet
+from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -51,21 +50,6 @@ class Sample:
     taken: float
     queues: dict[str, QueueSample] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-def bounded_count(queryset: QuerySet[Any], limit: int) -> tuple[int, bool]:
-    """Exact count up to ``limit``, else the planner's estimate; (count, is_estimate)."""
-    from django_arcature.db import driver_for
-
-    unordered = queryset.order_by()
-    bounded = unordered[: limit + 1].count()
-    if bounded <= limit:
-        return bounded, False
-    sql, params = unordered.query.sql_with_params()
-    estimate = driver_for(unordered.db).estimate_rows(sql, params)
-    if estimate is None:  # SQLite keeps no estimate
-        return unordered.count(), False
-    return max(estimate, bounded), True
 
 
 class QueueCollector(Collector):
@@ -142,6 +126,7 @@ class QueueCollector(Collector):
 
     def _take(self) -> Sample:
         from django_arcature.db import DatabaseNow
+        from django_arcature.db.counts import bounded_count
         from django_arcature.models import Job, JobStatus
 
         started = time.perf_counter()
