@@ -91,6 +91,7 @@ class HealthFile:
     def __init__(self, path: str | os.PathLike[str], worker_id: str, refresh_within: float) -> None:
         self.path = Path(path)
         self.worker_id = worker_id
+        self.host = socket.gethostname()
         self.refresh_within = max(refresh_within, WRITE_EVERY)
         self.started_at = time.time()
         self._state = ""
@@ -150,7 +151,7 @@ class HealthFile:
             "state": state,
             "worker_id": self.worker_id,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": self.host,
             "written_at": now,
             "written": _iso(now),
             "started": _iso(self.started_at),
