@@ -415,7 +415,6 @@ class _InsertShape:
             else:
                 kind = ""
             self.fields.append((field, ops.quote_name(field.column or field.attname), kind))
-        self.quoted = {field.attname: column for field, column, _ in self.fields}
         #: Nullable columns without a database default: a NULL is left to the table.
         self.omit_null = {
             field.attname
@@ -462,26 +461,29 @@ def _insert_row(row: Job, using: str) -> None:
     ``pre_save``/``post_save`` for the model, the row is saved by the ORM, which
     sends them.
     """
+    if not _insert_directly(row, using):
+        save_new(row, using)  # the ORM's path: it sends the signals and compiles expressions
+    _read_clock_fields(row, using)
+
+
+def _insert_directly(row: Job, using: str) -> bool:
+    """The INSERT itself; False (nothing sent) where the ORM's ``save()`` must do it."""
     model = type(row)
     if pre_save.has_listeners(model) or post_save.has_listeners(model):
-        save_new(row, using)
-        _read_clock_fields(row, using)
-        return
+        return False
     connection = connections[using]
     shape = _shapes.get((using, model))
     if shape is None:
         shape = _shapes[(using, model)] = _InsertShape(model, connection)
-    values = row.__dict__
     if not shape.plain:
-        save_new(row, using)
-        _read_clock_fields(row, using)
-        return
+        return False
+    values = row.__dict__
     vendor = connection.vendor
     omit_null = shape.omit_null
     columns: list[str] = []
     slots: list[str] = []
     params: list[Any] = []
-    stamped: list[Field[Any, Any]] = []
+    stamped: list[tuple[Field[Any, Any], str]] = []
     for field, column, kind in shape.fields:
         value = values[field.attname]
         if value is None:
@@ -490,12 +492,9 @@ def _insert_row(row: Job, using: str) -> None:
             slot = "NULL"
         elif isinstance(value, DatabaseNow):
             slot = now_sql(vendor, value.seconds)
-            stamped.append(field)
+            stamped.append((field, column))
         elif type(value) not in _PLAIN_TYPES and hasattr(value, "resolve_expression"):
-            # Another expression: the ORM compiles it (nothing has been sent yet).
-            save_new(row, using)
-            _read_clock_fields(row, using)
-            return
+            return False  # another expression: the ORM compiles it (nothing sent yet)
         elif kind == "int" and type(value) is int:
             slot = str(value)  # an int's own digits: nothing to quote
         elif _EMPTY_KIND.get(type(value)) == kind and not value:
@@ -508,7 +507,7 @@ def _insert_row(row: Job, using: str) -> None:
     sql = f"INSERT INTO {shape.table} ({', '.join(columns)}) VALUES ({', '.join(slots)})"
     if stamped and shape.returns:
         # Spelled out rather than through the backend's helper, which Django 6.0 renamed.
-        returned_columns = ", ".join(shape.quoted[field.attname] for field in stamped)
+        returned_columns = ", ".join(column for _, column in stamped)
         sql = f"{sql} RETURNING {returned_columns}"
     with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -516,13 +515,13 @@ def _insert_row(row: Job, using: str) -> None:
     row._state.adding = False
     row._state.db = using
     if returned is None:
-        _read_clock_fields(row, using)
-        return
-    for field, value in zip(stamped, returned, strict=True):
+        return True  # the database cannot return them: the caller reads them back
+    for (field, _), value in zip(stamped, returned, strict=True):
         col, converters = shape.converters[field.attname]
         for convert in converters:
             value = convert(value, col, connection)
         values[field.attname] = value
+    return True
 
 
 def _read_clock_fields(job: Job, using: str) -> None:
