@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 _SUFFIX = ".sock"
 
 
-#: ``hint_directory`` per (database identity, base folder): a digest is worked out once.
-_directories: dict[tuple[str, str | None], Path] = {}
+#: ``hint_directory`` per database identity and base folder: a digest is worked out once.
+_directories: dict[tuple[object, ...], Path] = {}
 
 
 def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
@@ -45,16 +45,15 @@ def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
     Named by a digest of the database's identity (vendor, host, port, name), so
     two projects, or a test database and a real one, never nudge each other.
     """
-    settings_dict = connections[using].settings_dict
-    identity = "|".join(
-        str(settings_dict.get(key) or "") for key in ("ENGINE", "HOST", "PORT", "NAME")
-    )
+    get = connections[using].settings_dict.get
     configured = (conf or get_settings()).wake_hint_dir
-    found = _directories.get((identity, configured))
+    key = (get("ENGINE"), get("HOST"), get("PORT"), get("NAME"), configured)
+    found = _directories.get(key)
     if found is None:
+        identity = "|".join(str(part or "") for part in key[:4])
         base = configured or os.path.join(tempfile.gettempdir(), "arcature-wake")
         digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-        found = _directories[(identity, configured)] = Path(base) / digest
+        found = _directories[key] = Path(base) / digest
     return found
 
 

@@ -24,7 +24,9 @@ from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.db.clock import database_now
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
+from django_arcature.exceptions import MalformedPayload
 from django_arcature.hints import hint_directory, send_hints
+from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
 from .row_insert import RowStatements, insert_row
@@ -95,7 +97,7 @@ class EnqueueWrites(JobWriter):
             )
         if not created:
             return job
-        self._announce_enqueued([job])
+        self._announce_enqueued([job], using)
         return self._run_eagerly([job])[0]
 
     def enqueue_many(
@@ -175,7 +177,7 @@ class EnqueueWrites(JobWriter):
         ran = {job.pk: job for job in self._run_eagerly(created)}
         return [ran.get(job.pk, job) for job, _ in results]
 
-    def _announce_enqueued(self, jobs: Sequence[Job]) -> None:
+    def _announce_enqueued(self, jobs: Sequence[Job], using: str | None = None) -> None:
         """Once the insert is committed (at once outside a transaction), nudge this
         host's idle workers and send ``job_enqueued``.
 
@@ -185,7 +187,8 @@ class EnqueueWrites(JobWriter):
         if not jobs:
             return
         model = self.model
-        using = self.db
+        if using is None:
+            using = self.db
         conf = get_settings()
         hints = hint_directory(using, conf) if conf.wake_hints else None
 
@@ -195,7 +198,7 @@ class EnqueueWrites(JobWriter):
             for job in jobs:
                 signals.job_enqueued.send(sender=model, job=job)
 
-        transaction.on_commit(send, using=self.db)
+        transaction.on_commit(send, using=using)
 
     def _run_eagerly(self, jobs: list[Job]) -> list[Job]:
         """With ``ARCATURE = {"EAGER": True}``, run each new job now, in this process.
@@ -271,9 +274,6 @@ class EnqueueWrites(JobWriter):
         ``single``, the kept INSERTs of rows built like these (None when a
         ``pre_init``/``post_init`` receiver could have changed a value).
         """
-        from django_arcature.exceptions import MalformedPayload
-        from django_arcature.registry import prepare_enqueue
-
         checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)
         if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
