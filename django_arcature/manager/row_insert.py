@@ -18,6 +18,7 @@ wrappers and error wrapping apply as they do to any query.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,12 @@ __all__ = ["RowStatements", "insert_row"]
 
 #: Values that are never an SQL expression (checked first: most of a row's values).
 _PLAIN_TYPES = frozenset({str, int, float, bool, dict, list, uuid.UUID, datetime})
+
+#: Text written into the SQL as a literal where it is the same for every row (a task
+#: or queue name, usually): nothing in it that any dialect or quoting mode reads
+#: differently (no quote, backslash, percent sign, space or non-ASCII character).
+#: Anything else is a parameter.
+_PLAIN_TEXT = re.compile(r"[A-Za-z0-9_.:/@+-]{1,100}")
 
 #: Empty text, and the JSON of an empty list or dict, as SQL literals (what the
 #: fields would send as parameters).
@@ -262,8 +269,12 @@ def _compile(
         elif _EMPTY_KIND.get(type(value)) == kind and not value:
             slot = _EMPTY[type(value)]
         else:
-            slot = "%s"
-            params.append(field.get_db_prep_save(value, connection))
+            prepared = field.get_db_prep_save(value, connection)
+            if type(prepared) is str and _PLAIN_TEXT.fullmatch(prepared):
+                slot = f"'{prepared}'"  # the same text in every dialect and quoting mode
+            else:
+                slot = "%s"
+                params.append(prepared)
         columns.append(column)
         slots.append(slot)
     sql = f"INSERT INTO {shape.table} ({', '.join(columns)}) VALUES ({', '.join(slots)})"

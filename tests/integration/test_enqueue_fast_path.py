@@ -229,3 +229,15 @@ def test_a_post_init_receiver_that_changes_a_row_is_honoured_after_statements_we
         post_init.disconnect(relabel, sender=Job)
     assert _stored(job)["queue"] == "relabelled"
     assert _stored(noop.using(queue="init-q").enqueue())["queue"] == "init-q"
+
+
+@pytest.mark.parametrize(
+    "queue",
+    ["plain-queue.v2", "it's", "back\\slash", "50%", "per%%cent%s", "ünïcode", "a b", "x" * 100],
+)
+def test_any_queue_name_is_stored_as_given_by_kept_statements(queue: str) -> None:
+    """Plain names may be written into the kept SQL as literals; every other name
+    travels as a parameter, so quotes, backslashes and percent signs arrive intact."""
+    first, second = noop.using(queue=queue).enqueue(), noop.using(queue=queue).enqueue()
+    assert [_stored(job)["queue"] for job in (first, second)] == [queue, queue]
+    assert first.queue == second.queue == queue
