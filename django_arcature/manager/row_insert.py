@@ -270,8 +270,10 @@ def _compile(
             slot = _EMPTY[type(value)]
         else:
             prepared = field.get_db_prep_save(value, connection)
-            if type(prepared) is str and _PLAIN_TEXT.fullmatch(prepared):
-                slot = f"'{prepared}'"  # the same text in every dialect and quoting mode
+            # A str subclass (a choices enum such as the status) is sent as its text.
+            text = str.__str__(prepared) if isinstance(prepared, str) else None
+            if text is not None and _PLAIN_TEXT.fullmatch(text):
+                slot = f"'{text}'"  # the same text in every dialect and quoting mode
             else:
                 slot = "%s"
                 params.append(prepared)
