@@ -5,7 +5,7 @@ Django's defaults each hide a full scan: the paginator's COUNT(*), a filter's
 month and day, and facet counts. Each is replaced here by a query that an
 index bounds: a count that stops at a limit and then asks the planner, filter
 choices from the registry and a sample of the newest rows, and a date
-hierarchy drawn from MIN/MAX alone.
+hierarchy drawn from the first and the last row alone.
 """
 
 from __future__ import annotations
@@ -139,8 +139,15 @@ class CheapChangeList(ChangeList):
     #: Columns the list never shows; the detail page loads them.
     deferred_fields = ("payload", "result", "last_traceback", "attempt_log")
 
+    #: The note under a list whose text search was cut to the newest rows (admin/search.py).
+    search_window_note = ""
+
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        from .search import window_note
+
         queryset = super().get_queryset(request, exclude_parameters)
+        if exclude_parameters is None:  # the list itself, not a filter's own choices
+            self.search_window_note = window_note(request)
         return queryset.defer(*self.deferred_fields)
 
     @property
@@ -148,7 +155,7 @@ class CheapChangeList(ChangeList):
         return bool(getattr(self.paginator, "count_is_estimate", False))
 
     def cheap_date_hierarchy(self) -> dict[str, Any]:
-        """Context for ``admin/date_hierarchy.html`` from one MIN/MAX query.
+        """Context for ``admin/date_hierarchy.html`` from the first and the last row.
 
         Django lists only the years, months or days that hold rows, with a
         ``SELECT DISTINCT`` over every matching row; here every period between
@@ -172,10 +179,7 @@ def date_hierarchy_context(cl: ChangeList, field_name: str) -> dict[str, Any]:
     def link(filters: dict[str, Any]) -> str:
         return str(cl.get_query_string(filters, [f"{field_name}__"]))
 
-    bounds = cl.queryset.order_by().aggregate(
-        first=models.Min(field_name), last=models.Max(field_name)
-    )
-    first, last = bounds["first"], bounds["last"]
+    first, last = _first_and_last(cl.queryset, field_name)
     if first is not None and last is not None and isinstance(field, models.DateTimeField):
         first, last = (timezone.localtime(v) if timezone.is_aware(v) else v for v in (first, last))
     same_year = first is not None and last is not None and first.year == last.year
@@ -226,6 +230,27 @@ def date_hierarchy_context(cl: ChangeList, field_name: str) -> dict[str, Any]:
     except ValueError:  # a hand-written URL with a month 13: show no choices
         context["choices"] = []
     return context
+
+
+def _first_and_last(queryset: QuerySet[Any], field_name: str) -> tuple[Any, Any]:
+    """The lowest and the highest value of ``field_name`` in ``queryset``, in one statement.
+
+    Two ordered ``LIMIT 1`` subqueries rather than ``MIN`` and ``MAX``: each stops at
+    the first row it finds along an index, where SQLite reads the whole index range
+    for a ``MIN`` and a ``MAX`` in one query (105 ms on 1,100,000 rows against a few
+    microseconds), and MariaDB read every row a search matched (1 s). Under a status
+    filter both ends come from ``(status, created_at)`` (migration 0009).
+    """
+    present = queryset.filter(**{f"{field_name}__isnull": False}).values(field_name)
+    first = present.order_by(field_name)[:1]
+    last = present.order_by(f"-{field_name}")[:1]
+    row = (
+        queryset.model._default_manager.using(queryset.db)
+        .order_by()
+        .annotate(first=models.Subquery(first), last=models.Subquery(last))
+        .values_list("first", "last")[:1]
+    )
+    return next(iter(row), (None, None))
 
 
 def _days_between(
