@@ -199,7 +199,8 @@ def test_a_search_that_matches_nothing_reads_the_window_not_the_table(
         with override_settings(ARCATURE={"ADMIN_SEARCH_WINDOW": window}):
             found = statements(admin_client, reverse(JOBS), q="no-such-task")
         searched = [(sql, p) for sql, p in found if "%no-such-task%" in str(p)]
-        assert len(searched) == 3, found  # the bounded count, the page, the date bounds
+        # The bounded count and the page (the date bounds come from the empty page).
+        assert len(searched) == 2, found
         return sum(work(sql, p) for sql, p in searched), [sql for sql, _ in searched]
 
     everything, _ = searching(None)
