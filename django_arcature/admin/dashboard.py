@@ -28,7 +28,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_arcature.db import DatabaseNow
-from django_arcature.db.counts import planner_estimate
+from django_arcature.db.counts import count_up_to, planner_estimate
 from django_arcature.models import Job, JobStatus
 
 from .lists import EXACT_COUNT_LIMIT
@@ -219,7 +219,7 @@ def _dead_counts(jobs: Any) -> tuple[dict[str, int], bool]:
     estimates and is counted exactly.
     """
     dead = jobs.filter(status=JobStatus.DEAD).order_by()
-    if dead[: DEAD_COUNT_LIMIT + 1].count() > DEAD_COUNT_LIMIT:
+    if count_up_to(dead, DEAD_COUNT_LIMIT + 1) > DEAD_COUNT_LIMIT:
         newest = dead.order_by("-finished_at").values_list("queue", flat=True)
         estimates: dict[str, int] = {}
         for name in sorted(set(newest[:DEAD_QUEUE_SAMPLE])):

@@ -208,3 +208,18 @@ def test_a_search_that_matches_nothing_reads_the_window_not_the_table(
     for sql in sqls:
         assert 'created_at" >= ' in sql or "created_at` >= " in sql, sql
     assert windowed < everything / 3, (windowed, everything)
+
+
+@pytest.mark.only_on("sqlite", reason="the UUID primary key is not SQLite's rowid")
+@pytest.mark.usefixtures("big_table")
+def test_bounded_counts_read_an_index_alone(admin_client: Client) -> None:
+    """Selecting the primary key in the counted subquery made SQLite look up every
+    counted row in the table (10 ms against 0.4 ms for 10,001 of 1,000,000 rows)."""
+    for url in (reverse("admin:django_arcature_deadjob_changelist"), reverse(JOBS)):
+        found = statements(admin_client, url)
+        [(sql, params)] = [(s, p) for s, p in found if "LIMIT 10001" in s]
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            reads = [str(row[-1]) for row in cursor.fetchall() if TABLE in str(row[-1])]
+        assert reads, sql
+        assert all("COVERING INDEX" in read for read in reads), reads
