@@ -203,11 +203,11 @@ def date_hierarchy_context(cl: ChangeList, field_name: str) -> dict[str, Any]:
         first, last = _first_and_last(cl.queryset, field_name)
     if first is not None and last is not None and isinstance(field, models.DateTimeField):
         first, last = (timezone.localtime(v) if timezone.is_aware(v) else v for v in (first, last))
-    if not (year or month or day) and first is not None and last is not None:
-        if first.year == last.year:
-            year = str(first.year)
-            if first.month == last.month:
-                month = str(first.month)
+    chosen_nothing = not (year or month or day)
+    if chosen_nothing and first is not None and last is not None and first.year == last.year:
+        year = str(first.year)
+        if first.month == last.month:
+            month = str(first.month)
     context: dict[str, Any] = {"show": True, "field_name": field.verbose_name}
     try:
         if year and month and day:
