@@ -182,3 +182,49 @@ def test_a_migrated_database_starts_normally(empty_database: str) -> None:
     assert worker.returncode == 0, worker.stderr
     assert status.returncode == 0, status.stderr
     assert "No pending or running jobs." in status.stdout
+
+
+def _with_database_name(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def _with_password(url: str, password: str) -> str:
+    parts = urlsplit(url)
+    login = f"{parts.username}:{password}@{parts.hostname}"
+    return urlunsplit(parts._replace(netloc=f"{login}:{parts.port}" if parts.port else login))
+
+
+def assert_one_line_naming_databases(finished: subprocess.CompletedProcess[str]) -> None:
+    output = finished.stdout + finished.stderr
+    assert finished.returncode != 0, output
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert "DATABASES['default']" in lines[0], output
+
+
+SERVERS_ONLY = pytest.mark.only_on(
+    "postgresql", "mysql", reason="SQLite creates a missing database file; no login to refuse"
+)
+
+
+@SERVERS_ONLY
+def test_a_database_that_does_not_exist_stops_the_worker_with_what_to_change() -> None:
+    """Before: the worker logged "database error … retrying" every few seconds, forever."""
+    url = _with_database_name(database_url(), "arcature_no_such_database")
+
+    worker = run(url, "arcature_worker", timeout=60)
+    status = run(url, "arcature_status", timeout=60)
+
+    assert_one_line_naming_databases(worker)
+    assert "arcature_no_such_database" in worker.stderr
+    assert_one_line_naming_databases(status)
+
+
+@SERVERS_ONLY
+def test_a_wrong_password_stops_the_worker_with_what_to_change() -> None:
+    worker = run(_with_password(database_url(), "not-the-password"), "arcature_worker", timeout=60)
+
+    assert_one_line_naming_databases(worker)
+    assert "refused the connection" in worker.stderr

@@ -6,11 +6,12 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db.models import Count, Min, Q
 
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.db.clock import database_now
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.models import Job, JobStatus
 
 
@@ -27,7 +28,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = (
         "Show each queue's depth (ready, scheduled, running), how long its oldest ready job "
         "has waited, and how many jobs failed recently, by error kind."

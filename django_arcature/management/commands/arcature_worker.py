@@ -9,13 +9,14 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.core.durations import parse_duration
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO}
@@ -59,7 +60,7 @@ def _duration_seconds(text: str) -> float:
     return seconds
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = (
         "Run background jobs: claim them from the database, run them on a thread pool and "
         "record each outcome. Stop with SIGTERM or Ctrl-C: running jobs get "
@@ -207,8 +208,11 @@ class Command(BaseCommand):
             'else "default".',
         )
 
+    def database_alias(self, options: dict[str, Any]) -> str:
+        return str(options["database"] or get_settings().database or DEFAULT_DB_ALIAS)
+
     def handle(self, *args: Any, **options: Any) -> None:
-        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        using = self.database_alias(options)
         problem = migration_problem(using)
         if problem:  # before migrate: say what to do, once, instead of retrying forever
             raise CommandError(problem)

@@ -1,0 +1,33 @@
+"""Commands that stop at once, with what to change, when the server refuses their database.
+
+The probe runs in ``execute()``, ahead of Django's system checks: on
+MariaDB/MySQL those checks open a connection themselves, so a database that does
+not exist or a wrong password would otherwise end in a traceback from the check
+framework instead of one line naming the ``DATABASES`` entry to fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_arcature.db.refusals import login_refusal
+
+
+class RefusedDatabaseStopsCommand(BaseCommand):
+    """A management command that needs its database and should not wait for a bad login."""
+
+    def database_alias(self, options: dict[str, Any]) -> str:
+        """The alias holding the job table; a command with its own default overrides this."""
+        return str(options["database"])
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        try:
+            using = self.database_alias(options)
+        except Exception:  # a bad setting: the system checks that follow say what it is
+            return super().execute(*args, **options)
+        refusal = login_refusal(using)
+        if refusal:
+            raise CommandError(refusal)
+        return super().execute(*args, **options)
