@@ -76,6 +76,9 @@ DEFAULTS: dict[str, Any] = {
     "QUEUES": None,
     # How long finished jobs are kept (django_arcature.retention.rules).
     "RETENTION": None,
+    # The admin's text search looks at the newest this many rows of the list it is
+    # run on (None: every row, a full scan on a big table); a job id is always found.
+    "ADMIN_SEARCH_WINDOW": 100_000,
 }
 
 
@@ -108,6 +111,7 @@ class ArcatureSettings:
     max_payload_bytes: int = DEFAULTS["MAX_PAYLOAD_BYTES"]
     queues: Any = None
     retention: Any = None
+    admin_search_window: int | None = DEFAULTS["ADMIN_SEARCH_WINDOW"]
 
 
 def _is_number(value: object) -> bool:
@@ -130,6 +134,8 @@ MAX_RETRY_FACTOR = 1000
 #: stored JSON text may double in size once quoted into SQL.
 MAX_PAYLOAD_BYTES_LIMIT = 4 * 1024 * 1024
 MIN_PAYLOAD_BYTES_LIMIT = 1024
+#: The admin search's window is read through an index in one statement (``OFFSET``).
+MAX_SEARCH_WINDOW = 100_000_000
 
 
 def _whole(low: int, high: int) -> Any:
@@ -224,6 +230,10 @@ _RULES: dict[str, tuple[Any, str]] = {
         _whole(MIN_PAYLOAD_BYTES_LIMIT, MAX_PAYLOAD_BYTES_LIMIT),
         f"a whole number of bytes from {MIN_PAYLOAD_BYTES_LIMIT} to {MAX_PAYLOAD_BYTES_LIMIT} "
         f"(default {DEFAULT_MAX_PAYLOAD_BYTES})",
+    ),
+    "ADMIN_SEARCH_WINDOW": (
+        lambda v: v is None or _whole(1, MAX_SEARCH_WINDOW)(v),
+        f"None or a whole number of rows from 1 to {MAX_SEARCH_WINDOW} (e.g. 100000)",
     ),
 }
 

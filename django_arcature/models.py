@@ -90,6 +90,10 @@ class Job(models.Model):
             models.Index(fields=["status", "finished_at"], name="arcature_finished_idx"),
             # The admin's job list: newest first, and its date hierarchy (MIN/MAX only).
             models.Index(fields=["created_at"], name="arcature_created_idx"),
+            # The job list filtered by status (newest first) and its date hierarchy's
+            # first and last row under that filter. On PostgreSQL only the pending rows
+            # are in it (migration 0009): a finished job then writes no entry.
+            models.Index(fields=["status", "created_at"], name="arcature_status_created_idx"),
         )
         constraints = (
             models.CheckConstraint(

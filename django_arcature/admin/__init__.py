@@ -35,6 +35,7 @@ from . import actions as admin_actions
 from .actions import CANCEL, REQUEUE, RUN_NOW, Operation
 from .dashboard import collect, format_age
 from .lists import CheapChangeList, EstimatedCountPaginator, QueueFilter, TaskFilter
+from .search import search_window
 
 #: URL path segment of each per-job button → the operation it runs.
 BUTTON_PATHS = {"cancel": CANCEL, "requeue": REQUEUE, "run-now": RUN_NOW}
@@ -172,7 +173,8 @@ class BaseJobAdmin(_ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        """A job id finds that job by its primary key; anything else searches task and error."""
+        """A job id finds that job by its primary key; other text searches task and error
+        among the newest ``ADMIN_SEARCH_WINDOW`` rows of the list (``search_window``)."""
         term = search_term.strip()
         if term:
             try:
@@ -181,6 +183,7 @@ class BaseJobAdmin(_ModelAdmin):
                 pass
             else:
                 return queryset.filter(pk=job_id), False
+            queryset = search_window(request, queryset, self.date_hierarchy)
         return super().get_search_results(request, queryset, search_term)
 
     def changelist_view(

@@ -5,7 +5,7 @@ Django's defaults each hide a full scan: the paginator's COUNT(*), a filter's
 month and day, and facet counts. Each is replaced here by a query that an
 index bounds: a count that stops at a limit and then asks the planner, filter
 choices from the registry and a sample of the newest rows, and a date
-hierarchy drawn from MIN/MAX alone.
+hierarchy drawn from the first and the last row alone.
 """
 
 from __future__ import annotations
@@ -139,16 +139,38 @@ class CheapChangeList(ChangeList):
     #: Columns the list never shows; the detail page loads them.
     deferred_fields = ("payload", "result", "last_traceback", "attempt_log")
 
+    #: The note under a list whose text search was cut to the newest rows (admin/search.py).
+    search_window_note = ""
+
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        from .search import window_note
+
         queryset = super().get_queryset(request, exclude_parameters)
+        if exclude_parameters is None:  # the list itself, not a filter's own choices
+            self.search_window_note = window_note(request)
         return queryset.defer(*self.deferred_fields)
+
+    def get_results(self, request: HttpRequest) -> None:
+        """Django's results, with a ``LIMIT`` even when every row fits on one page.
+
+        When the count says that all rows fit on one page (or "Show all" asks for at
+        most ``list_max_show_all``), Django sends the list's query without a
+        ``LIMIT``. Its planner then no longer knows that a few rows are wanted: for a
+        search that matched nothing on 1,000,000 rows, MariaDB chose a full scan and
+        a sort (941 ms) over the index range it used with a ``LIMIT`` (130 ms). The
+        count bounds how many rows there are, so the ``LIMIT`` drops none.
+        """
+        super().get_results(request)
+        listed = self.result_list
+        if isinstance(listed, QuerySet) and not listed.query.is_sliced:
+            self.result_list = listed[: max(self.list_max_show_all, self.list_per_page)]
 
     @property
     def count_is_estimate(self) -> bool:
         return bool(getattr(self.paginator, "count_is_estimate", False))
 
     def cheap_date_hierarchy(self) -> dict[str, Any]:
-        """Context for ``admin/date_hierarchy.html`` from one MIN/MAX query.
+        """Context for ``admin/date_hierarchy.html`` from the first and the last row.
 
         Django lists only the years, months or days that hold rows, with a
         ``SELECT DISTINCT`` over every matching row; here every period between
@@ -172,14 +194,17 @@ def date_hierarchy_context(cl: ChangeList, field_name: str) -> dict[str, Any]:
     def link(filters: dict[str, Any]) -> str:
         return str(cl.get_query_string(filters, [f"{field_name}__"]))
 
-    bounds = cl.queryset.order_by().aggregate(
-        first=models.Min(field_name), last=models.Max(field_name)
-    )
-    first, last = bounds["first"], bounds["last"]
+    if not cl.multi_page and "__" not in field_name:
+        # Every matching row is on this page: its own values give both ends, and a
+        # search that matched nothing costs no second pass over the rows it read.
+        values = [v for v in (getattr(o, field_name) for o in cl.result_list) if v is not None]
+        first, last = (min(values), max(values)) if values else (None, None)
+    else:
+        first, last = _first_and_last(cl.queryset, field_name)
     if first is not None and last is not None and isinstance(field, models.DateTimeField):
         first, last = (timezone.localtime(v) if timezone.is_aware(v) else v for v in (first, last))
-    same_year = first is not None and last is not None and first.year == last.year
-    if not (year or month or day) and same_year:
+    chosen_nothing = not (year or month or day)
+    if chosen_nothing and first is not None and last is not None and first.year == last.year:
         year = str(first.year)
         if first.month == last.month:
             month = str(first.month)
@@ -226,6 +251,27 @@ def date_hierarchy_context(cl: ChangeList, field_name: str) -> dict[str, Any]:
     except ValueError:  # a hand-written URL with a month 13: show no choices
         context["choices"] = []
     return context
+
+
+def _first_and_last(queryset: QuerySet[Any], field_name: str) -> tuple[Any, Any]:
+    """The lowest and the highest value of ``field_name`` in ``queryset``, in one statement.
+
+    Two ordered ``LIMIT 1`` subqueries rather than ``MIN`` and ``MAX``: each stops at
+    the first row it finds along an index, where SQLite reads the whole index range
+    for a ``MIN`` and a ``MAX`` in one query (105 ms on 1,100,000 rows against a few
+    microseconds), and MariaDB read every row a search matched (1 s). Under a status
+    filter both ends come from ``(status, created_at)`` (migration 0009).
+    """
+    present = queryset.filter(**{f"{field_name}__isnull": False}).values(field_name)
+    first = present.order_by(field_name)[:1]
+    last = present.order_by(f"-{field_name}")[:1]
+    row = (
+        queryset.model._default_manager.using(queryset.db)
+        .order_by()
+        .annotate(first=models.Subquery(first), last=models.Subquery(last))
+        .values_list("first", "last")[:1]
+    )
+    return next(iter(row), (None, None))
 
 
 def _days_between(

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db import connections
+from django.db.models import IntegerField, QuerySet, Value
 
 from .base import driver_for
 
@@ -23,10 +24,26 @@ def planner_estimate(queryset: QuerySet[Any]) -> int | None:
     return driver_for(queryset.db).estimate_rows(sql, params)
 
 
+def count_up_to(queryset: QuerySet[Any], stop: int) -> int:
+    """``COUNT(*)`` of at most ``stop`` rows, reading nothing but an index where one serves.
+
+    Django's ``queryset[:stop].count()`` selects the primary key in its subquery. On
+    SQLite the job table's UUID key is not the rowid, so every counted entry was
+    looked up in the table: 10 ms for 10,001 dead jobs of 1,000,000 rows, against
+    0.4 ms when the subquery selects a constant and the index alone answers.
+    """
+    inner = queryset.annotate(_one=Value(1, output_field=IntegerField())).values_list("_one")
+    sql, params = inner[:stop].query.sql_with_params()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM ({sql}) bounded", params)
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
 def bounded_count(queryset: QuerySet[Any], limit: int) -> tuple[int, bool]:
     """Exact count up to ``limit``, else the planner's estimate; (count, is_estimate)."""
     unordered = queryset.order_by()
-    bounded = unordered[: limit + 1].count()
+    bounded = count_up_to(unordered, limit + 1)
     if bounded <= limit:
         return bounded, False
     estimate = planner_estimate(unordered)

@@ -40,6 +40,7 @@ GOOD: dict[str, list[Any]] = {
     "MAX_PAYLOAD_BYTES": [1024, 1024 * 1024, 4 * 1024 * 1024],
     "QUEUES": [None, {}, {"email": {"concurrency": 5, "rate": "100/m"}}],
     "RETENTION": [None, {}, {"succeeded": "7d", "dead": 86400, "queues": {"x": {"dead": None}}}],
+    "ADMIN_SEARCH_WINDOW": [None, 1, 100_000, 100_000_000],
 }
 BAD: dict[str, list[Any]] = {
     "MAX_PAYLOAD_BYTES": [0, 1023, 4 * 1024 * 1024 + 1, 1.5, "1MiB", True, None],
@@ -67,6 +68,7 @@ BAD: dict[str, list[Any]] = {
     "EAGER": [1, "False", None],
     "QUEUES": [[], {"email": {"concurrency": 0}}, {"email": {"rate": "lots"}}],
     "RETENTION": ["7d", {"pending": "1d"}, {"succeeded": "soon"}],
+    "ADMIN_SEARCH_WINDOW": [0, -1, 100_000_001, 1000.0, "100000", True],
 }
 
 
@@ -115,7 +117,7 @@ def test_misspelt_key_is_refused_with_a_suggestion(key: str, suggestion: str) ->
     (problem,) = validate_settings({key: 1})
     assert f"ARCATURE[{key!r}] is not a known setting." in problem
     assert f"Did you mean {suggestion!r}?" in problem
-    assert "Known keys: BATCH_SIZE, " in problem
+    assert "Known keys: ADMIN_SEARCH_WINDOW, BATCH_SIZE, " in problem
 
 
 def test_unrelated_key_is_refused_without_a_guess() -> None:
