@@ -17,7 +17,12 @@ By default one worker's wake-up socket is bound (and never read, like a busy
 worker's) in the same-host hint folder, so each of our enqueues pays for the
 hint it sends after commit, as it does in a deployment with a worker on the
 host. ``--profile`` runs one extra round of ours under cProfile and prints where
-the time goes.
+the time goes. ``--server-binding`` (PostgreSQL) opens the connection both
+contenders share with Django's ``OPTIONS`` ``server_side_binding=True`` and
+``prepare_threshold=5``: psycopg binds parameters on the server and prepares a
+statement it has run five times, for both alike. The default is Django's own
+(parameters inlined by the client, nothing prepared), which works behind PgBouncer
+in transaction pooling.
 """
 
 from __future__ import annotations
@@ -144,6 +149,8 @@ def profile_round(bench: Round, count: int, top: int) -> str:
 def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     os.environ["DATABASE_URL"] = URLS[db]
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.peer_settings"
+    if options.server_binding and db == "postgres":
+        os.environ["ARCATURE_BENCH_SERVER_BINDING"] = "1"
     from benchmarks.run import ensure_database
 
     ensure_database(URLS[db])
@@ -193,10 +200,15 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(results: list[dict[str, Any]], options: argparse.Namespace, loads: list[str]) -> str:
+    binding = (
+        "PostgreSQL with server_side_binding=True and prepare_threshold=5 for both; "
+        if options.server_binding
+        else ""
+    )
     lines = [
         f"{options.jobs:,} no-op jobs one by one per contender and round, {options.rounds} "
         f"rounds (ABBA), {options.listeners} idle worker socket(s) on the host; "
-        f"Python {platform.python_version()}, {os.cpu_count()} cores; load average "
+        f"{binding}Python {platform.python_version()}, {os.cpu_count()} cores; load average "
         f"before {loads[0]}, after {loads[1]}.",
         "",
         "| database | django-arcature | django-tasks-db | ratio (median of rounds) "
@@ -220,6 +232,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds (order alternates)")
     parser.add_argument("--listeners", type=int, default=1, help="idle worker sockets to bind")
     parser.add_argument("--profile", action="store_true", help="cProfile one round of ours")
+    parser.add_argument(
+        "--server-binding",
+        action="store_true",
+        help="PostgreSQL: server-side binding and prepared statements for both contenders",
+    )
     parser.add_argument("--top", type=int, default=30, help="profile lines to print")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()

@@ -105,9 +105,16 @@ class RowMaker:
         #: The fields whose values may differ between rows; the rest are the same in all
         #: (a new empty list or dict in each row is still the same value).
         self.varying = (*self.PER_ROW, *(name for name in base.varying if name not in shared))
-        self.plain = not (
-            models.signals.pre_init.has_listeners(model)
-            or models.signals.post_init.has_listeners(model)
+
+    @property
+    def plain(self) -> bool:
+        """No ``pre_init``/``post_init`` receivers for the model (asked per row: a maker
+        is kept between calls, receivers come and go): rows are assembled directly and
+        hold exactly the values given."""
+        pre_init, post_init = models.signals.pre_init, models.signals.post_init
+        return not (
+            (pre_init.receivers and pre_init.has_listeners(self.model))
+            or (post_init.receivers and post_init.has_listeners(self.model))
         )
 
     def make(
@@ -117,9 +124,10 @@ class RowMaker:
         available_at: datetime | Func,
         created_at: datetime | Func,
         unique_key: str | None,
+        plain: bool | None = None,
     ) -> Job:
         """One unsaved row; a time may be an expression (the database's clock), which the
-        INSERT writes."""
+        INSERT writes. ``plain`` is :attr:`plain` when the caller has asked already."""
         values = self.template.copy()
         values["id"] = job_id
         values["payload"] = payload
@@ -128,7 +136,7 @@ class RowMaker:
         values["unique_key"] = unique_key
         for attname, default in self.fresh:
             values[attname] = default()
-        if not self.plain:
+        if not (self.plain if plain is None else plain):
             # The template's keys are in field order: these are the positional values.
             built: Job = self.model(*values.values())  # type: ignore[misc]
             return built

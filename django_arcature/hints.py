@@ -21,6 +21,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +35,8 @@ logger = logging.getLogger(__name__)
 _SUFFIX = ".sock"
 
 
-#: ``hint_directory`` per (database identity, base folder): a digest is worked out once.
-_directories: dict[tuple[str, str | None], Path] = {}
+#: ``hint_directory`` per database identity and base folder: a digest is worked out once.
+_directories: dict[tuple[object, ...], Path] = {}
 
 
 def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
@@ -44,16 +45,15 @@ def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
     Named by a digest of the database's identity (vendor, host, port, name), so
     two projects, or a test database and a real one, never nudge each other.
     """
-    settings_dict = connections[using].settings_dict
-    identity = "|".join(
-        str(settings_dict.get(key) or "") for key in ("ENGINE", "HOST", "PORT", "NAME")
-    )
+    get = connections[using].settings_dict.get
     configured = (conf or get_settings()).wake_hint_dir
-    found = _directories.get((identity, configured))
+    key = (get("ENGINE"), get("HOST"), get("PORT"), get("NAME"), configured)
+    found = _directories.get(key)
     if found is None:
+        identity = "|".join(str(part or "") for part in key[:4])
         base = configured or os.path.join(tempfile.gettempdir(), "arcature-wake")
         digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-        found = _directories[(identity, configured)] = Path(base) / digest
+        found = _directories[key] = Path(base) / digest
     return found
 
 
@@ -98,25 +98,59 @@ def send_hints(using: str, directory: Path | None = None) -> int:
     enqueue reads the settings once). Sockets whose worker is gone (refused, or
     missing) are removed so the next enqueue does not try them again.
     """
+    folder = str(directory or hint_directory(using))
     try:
-        entries = list(os.scandir(directory or hint_directory(using)))
+        paths = _listing(folder)
     except OSError:  # no worker has ever listened here: nothing to do
         return 0
     sent = 0
     sender = _sender.get()
-    for entry in entries:
-        if not entry.name.endswith(_SUFFIX):
-            continue
+    for path in paths:
         try:
-            sender.sendto(b"!", entry.path)
+            sender.sendto(b"!", path)
             sent += 1
         except BlockingIOError:  # its buffer is full: it has been nudged already
             sent += 1
         except (ConnectionRefusedError, FileNotFoundError):
-            _remove(entry.path)
+            _listings.pop(folder, None)
+            _remove(path)
         except OSError as exc:
-            logger.debug("wake-up hint to %s failed: %s", entry.path, exc)
+            logger.debug("wake-up hint to %s failed: %s", path, exc)
     return sent
+
+
+#: A folder's listing is trusted only if the folder had not changed for this long
+#: when it was read (nanoseconds): its modification time comes from a clock that
+#: ticks every few milliseconds, so a socket bound within the same tick as an
+#: earlier change would leave it unchanged.
+_SETTLED_NS = 50_000_000
+#: ... and for at most this long (nanoseconds), whatever the folder's time says.
+_LISTING_TTL_NS = 1_000_000_000
+
+#: Per hint folder: (its modification time, when it was read, its sockets).
+_listings: dict[str, tuple[int, int, list[str]]] = {}
+
+
+def _listing(folder: str) -> list[str]:
+    """The sockets in ``folder``, read again only when the folder has changed.
+
+    Binding or removing a socket changes the folder's modification time, so one
+    ``stat`` tells whether the last listing still holds; a listing read while the
+    folder was still changing is not kept, and none is kept longer than a second.
+    A new worker is therefore found by the first enqueue after it bound (at the
+    latest a second later, where the file system keeps no such time).
+    """
+    changed = os.stat(folder).st_mtime_ns
+    kept = _listings.get(folder)
+    clock = time.monotonic_ns()
+    if kept is not None and kept[0] == changed and clock - kept[1] < _LISTING_TTL_NS:
+        return kept[2]
+    paths = [entry.path for entry in os.scandir(folder) if entry.name.endswith(_SUFFIX)]
+    if time.time_ns() - changed > _SETTLED_NS:
+        _listings[folder] = (changed, clock, paths)
+    else:
+        _listings.pop(folder, None)
+    return paths
 
 
 class HintReceiver:

@@ -93,10 +93,36 @@ class JobSpec:
     unique: bool = False
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     hints: Mapping[str, Any] = field(init=False, repr=False, compare=False)
+    #: Some parameter has no default: a call without arguments does not fit.
+    needs_arguments: bool = field(init=False, repr=False, compare=False)
+    #: What :func:`prepare_enqueue` returns for this handler (the same every call).
+    plan: EnqueuePlan = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "signature", inspect.signature(self.func))
+        signature = inspect.signature(self.func)
+        object.__setattr__(self, "signature", signature)
         object.__setattr__(self, "hints", resolve_hints(self.func))
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        object.__setattr__(
+            self,
+            "needs_arguments",
+            any(
+                param.default is inspect.Parameter.empty and param.kind not in variadic
+                for param in signature.parameters.values()
+            ),
+        )
+        object.__setattr__(
+            self,
+            "plan",
+            EnqueuePlan(
+                name=self.name,
+                queue=self.queue,
+                priority=self.priority,
+                max_attempts=self.max_attempts,
+                unique=self.unique,
+                spec=self,
+            ),
+        )
 
     @property
     def is_async(self) -> bool:
@@ -104,6 +130,8 @@ class JobSpec:
 
     def validate(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise MalformedPayload unless the arguments fit the handler."""
+        if not args and not kwargs and not self.needs_arguments:
+            return  # binds, and there is no argument to check
         check_arguments(self.func, self.signature, self.hints, args, kwargs)
 
     def canonical_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> object:
@@ -463,11 +491,4 @@ def prepare_enqueue(
         spec.validate(args, kwargs)
     except MalformedPayload as exc:
         raise MalformedPayload(f"cannot enqueue {spec.name}: {exc}") from None
-    return EnqueuePlan(
-        name=spec.name,
-        queue=spec.queue,
-        priority=spec.priority,
-        max_attempts=spec.max_attempts,
-        unique=spec.unique,
-        spec=spec,
-    )
+    return spec.plan

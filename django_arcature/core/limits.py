@@ -42,6 +42,8 @@ def name_problem(value: object, what: str, max_length: int) -> str | None:
         return f"{what} must be a name of 1 to {max_length} characters, not {value[:80]!r}"
     if value != value.strip():
         return f"{what} {value!r} begins or ends with whitespace"
+    if value.isascii() and value.isprintable():  # the usual name: no character to look up
+        return None
     for char in value:
         if unicodedata.category(char) in _INVISIBLE:
             return (

@@ -447,7 +447,7 @@ def check_arguments(
     annotation. ``skip_first`` leaves out a leading parameter the caller fills
     itself (a django.tasks context).
     """
-    name = getattr(func, "__qualname__", repr(func))
+    name = getattr(func, "__qualname__", None) or repr(func)  # repr only when needed
     bind_to = signature
     if skip_first:
         params = list(signature.parameters.values())[1:]

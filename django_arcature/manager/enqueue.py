@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import DateField, Field
-from django.db.models.signals import post_save, pre_save
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from django_arcature import signals
@@ -26,11 +22,14 @@ from django_arcature.core.limits import (
 from django_arcature.core.payloads import arguments_fit, ensure_payload_size
 from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
-from django_arcature.db.clock import database_now, now_sql
+from django_arcature.db.clock import database_now
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
+from django_arcature.exceptions import MalformedPayload
 from django_arcature.hints import hint_directory, send_hints
+from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
+from .row_insert import RowStatements, insert_row
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
@@ -76,7 +75,7 @@ class EnqueueWrites(JobWriter):
         pending or running job holding the same key is returned instead of
         inserting a second one.
         """
-        row = self._build(
+        row, statements = self._build(
             task,
             args=args,
             kwargs=kwargs,
@@ -90,13 +89,15 @@ class EnqueueWrites(JobWriter):
         )
         using = self.db
         if row.unique_key is None:
-            _retry_on_lock_conflict(using, lambda: _insert_row(row, using))
+            _retry_on_lock_conflict(using, lambda: insert_row(row, using, statements))
             job, created = row, True
         else:
-            job, created = _retry_on_lock_conflict(using, lambda: self._insert_unique(row))
+            job, created = _retry_on_lock_conflict(
+                using, lambda: self._insert_unique(row, statements)
+            )
         if not created:
             return job
-        self._announce_enqueued([job])
+        self._announce_enqueued([job], using)
         return self._run_eagerly([job])[0]
 
     def enqueue_many(
@@ -127,7 +128,7 @@ class EnqueueWrites(JobWriter):
         items = [split_arguments(item) for item in arguments]
         if not items:
             return []
-        rows, varying = self._build_rows(
+        rows, varying, _ = self._build_rows(
             task,
             items,
             queue=queue,
@@ -176,7 +177,7 @@ class EnqueueWrites(JobWriter):
         ran = {job.pk: job for job in self._run_eagerly(created)}
         return [ran.get(job.pk, job) for job, _ in results]
 
-    def _announce_enqueued(self, jobs: Sequence[Job]) -> None:
+    def _announce_enqueued(self, jobs: Sequence[Job], using: str | None = None) -> None:
         """Once the insert is committed (at once outside a transaction), nudge this
         host's idle workers and send ``job_enqueued``.
 
@@ -186,7 +187,8 @@ class EnqueueWrites(JobWriter):
         if not jobs:
             return
         model = self.model
-        using = self.db
+        if using is None:
+            using = self.db
         conf = get_settings()
         hints = hint_directory(using, conf) if conf.wake_hints else None
 
@@ -196,7 +198,7 @@ class EnqueueWrites(JobWriter):
             for job in jobs:
                 signals.job_enqueued.send(sender=model, job=job)
 
-        transaction.on_commit(send, using=self.db)
+        transaction.on_commit(send, using=using)
 
     def _run_eagerly(self, jobs: list[Job]) -> list[Job]:
         """With ``ARCATURE = {"EAGER": True}``, run each new job now, in this process.
@@ -227,13 +229,14 @@ class EnqueueWrites(JobWriter):
         max_attempts: int | None,
         unique_key: str | None,
         backend: str,
-    ) -> Job:
-        """Validate everything about one job and build its row (unsaved)."""
+    ) -> tuple[Job, RowStatements | None]:
+        """Validate everything about one job and build its row (unsaved); with the
+        kept INSERTs for rows built like it, if it may use them."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"args must be a list or tuple of arguments, not {args!r}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a dict of keyword arguments, not {kwargs!r}")
-        rows, _ = self._build_rows(
+        rows, _, statements = self._build_rows(
             task,
             [(list(args), dict(kwargs or {}))],
             single=True,
@@ -245,7 +248,7 @@ class EnqueueWrites(JobWriter):
             unique_key=unique_key,
             backend=backend,
         )
-        return rows[0]
+        return rows[0], statements
 
     def _build_rows(
         self,
@@ -260,18 +263,17 @@ class EnqueueWrites(JobWriter):
         unique_key: str | None,
         backend: str,
         single: bool = False,
-    ) -> tuple[list[Job], tuple[str, ...]]:
+    ) -> tuple[list[Job], tuple[str, ...], RowStatements | None]:
         """Validate every item's arguments, then the options once, and build the rows (unsaved).
 
         ``items`` are ``(args, kwargs)`` pairs, already a list and a dict each.
         Settings are read and the options checked once per call, so a bulk
         enqueue pays per row only for the argument check, an id, a clock reading
-        and the row itself. Returns the rows and the names of the fields that
-        differ between them (everything else is the same in every row).
+        and the row itself. Returns the rows, the names of the fields that
+        differ between them (everything else is the same in every row) and, for
+        ``single``, the kept INSERTs of rows built like these (None when a
+        ``pre_init``/``post_init`` receiver could have changed a value).
         """
-        from django_arcature.exceptions import MalformedPayload
-        from django_arcature.registry import prepare_enqueue
-
         checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)
         if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
@@ -313,8 +315,9 @@ class EnqueueWrites(JobWriter):
         if problem:
             raise ValueError(problem)
         traced = _trace_context(self.model, plan.name, queue_name, len(items))
-        maker = RowMaker(
+        maker, statements = _row_maker(
             self.model,
+            traced,
             task_name=plan.name,
             queue=queue_name,
             priority=plan.priority if priority is None else priority,
@@ -322,7 +325,6 @@ class EnqueueWrites(JobWriter):
             max_attempts=attempts_allowed,
             lease_seconds=conf.lease_seconds,
             backend=backend,
-            **({"trace_context": traced} if traced else {}),
         )
         derive_key = plan.unique and unique_key is None
         ids = new_ids(len(items))
@@ -330,6 +332,7 @@ class EnqueueWrites(JobWriter):
             # One row: its times are the database's clock, written by the INSERT itself.
             [(args, kwargs)] = items
             delay_seconds = offset.total_seconds() if offset is not None else 0.0
+            plain = maker.plain
             row = maker.make(
                 ids[0],
                 {"args": args, "kwargs": kwargs},
@@ -338,13 +341,15 @@ class EnqueueWrites(JobWriter):
                 else (DatabaseNow(delay_seconds) if delay_seconds else _NOW),
                 _NOW,
                 plan.unique_key(args, kwargs) if derive_key else unique_key,
+                plain,
             )
-            return [row], maker.varying
+            return [row], maker.varying, statements if plain else None
         # Many rows: the database's clock read once, each row offset from it by the time
         # spent building the rows before it, so the rows become available (and are
         # claimed) in the order given, as if enqueued one by one.
         db_now = database_now(self.db)
         started = timezone.now()
+        plain = maker.plain
         rows = []
         for job_id, (args, kwargs) in zip(ids, items, strict=True):
             now = db_now + (timezone.now() - started)
@@ -361,14 +366,15 @@ class EnqueueWrites(JobWriter):
                     available_at,
                     now,
                     plan.unique_key(args, kwargs) if derive_key else unique_key,
+                    plain,
                 )
             )
         varying = maker.varying
         if not derive_key:  # one key (or none) for every row
             varying = tuple(name for name in varying if name != "unique_key")
-        return rows, varying
+        return rows, varying, None
 
-    def _insert_unique(self, row: Job) -> tuple[Job, bool]:
+    def _insert_unique(self, row: Job, statements: RowStatements | None = None) -> tuple[Job, bool]:
         """Insert ``row``, or return the live job that already holds its unique key.
 
         The database's unique constraint decides, not a check-then-insert, so two
@@ -381,7 +387,7 @@ class EnqueueWrites(JobWriter):
         for _ in range(_UNIQUE_INSERT_ATTEMPTS):
             try:
                 with transaction.atomic(using=self.db):
-                    _insert_row(row, self.db)
+                    insert_row(row, self.db, statements)
             except IntegrityError as exc:
                 error = exc
                 existing = self.using(self.db).filter(unique_key=row.unique_key).first()
@@ -393,150 +399,29 @@ class EnqueueWrites(JobWriter):
         raise error
 
 
-class _InsertShape:
-    """What one model's single-row INSERT needs that does not change between calls."""
+#: Row makers (and their kept INSERTs) per model and shared values: a one-by-one
+#: enqueue of the same job reuses them instead of building them afresh per call.
+_makers: dict[tuple[Hashable, ...], tuple[RowMaker, RowStatements]] = {}
 
-    def __init__(self, model: type[Job], connection: BaseDatabaseWrapper) -> None:
-        ops = connection.ops
-        meta = model._meta
-        self.table = ops.quote_name(meta.db_table)
-        #: (field, its quoted column, how a plain value is written: "int" as a literal,
-        #: "text" as a literal when empty, "json" as a literal when an empty list or
-        #: dict, else a parameter). Fewer parameters: less for the driver to quote.
-        self.fields: list[tuple[Field[Any, Any], str, str]] = []
-        for field in meta.concrete_fields:
-            internal = field.get_internal_type()
-            if internal in ("IntegerField", "SmallIntegerField", "BigIntegerField"):
-                kind = "int"
-            elif internal in ("CharField", "TextField"):
-                kind = "text"
-            elif internal == "JSONField":
-                kind = "json"
-            else:
-                kind = ""
-            self.fields.append((field, ops.quote_name(field.column or field.attname), kind))
-        #: Nullable columns without a database default: a NULL is left to the table.
-        self.omit_null = {
-            field.attname
-            for field, _, _ in self.fields
-            if field.null and not field.has_db_default()
-        }
-        self.returns = connection.features.can_return_columns_from_insert
-        self.converters = {}
-        for field, _, _ in self.fields:
-            col = field.get_col(meta.db_table)
-            found = [*ops.get_db_converters(col), *field.get_db_converters(connection)]
-            self.converters[field.attname] = (col, found)
-        # A field whose pre_save hook does more than read the attribute (auto_now, a
-        # custom field) keeps the ORM's path, which calls it.
-        self.plain = all(
-            type(field).pre_save is Field.pre_save
-            or (isinstance(field, DateField) and not (field.auto_now or field.auto_now_add))
-            for field, _, _ in self.fields
-        )
+#: How many row makers are kept (one per task, queue, priority and so on in use).
+_MAKERS_KEPT = 256
 
 
-#: Values that are never an SQL expression (checked first: most of a row's values).
-_PLAIN_TYPES = frozenset({str, int, float, bool, dict, list, uuid.UUID, datetime})
-
-#: Empty text, and the JSON of an empty list or dict, as SQL literals (what the
-#: fields would send as parameters).
-_EMPTY: dict[type, str] = {str: "''", list: "'[]'", dict: "'{}'"}
-_EMPTY_KIND: dict[type, str] = {str: "text", list: "json", dict: "json"}
-
-#: Per (database alias, model): its INSERT's fixed part.
-_shapes: dict[tuple[str, type[Any]], _InsertShape] = {}
-
-
-def _insert_row(row: Job, using: str) -> None:
-    """INSERT one new row and read back the clock fields it stamped, in one round trip.
-
-    What ``row.save(force_insert=True)`` does for this table, without the ORM's
-    general INSERT compiler, which was most of a one-by-one enqueue's Python time.
-    The SQL is the same: every column, each value prepared by its own field, the
-    database's clock (``DatabaseNow``) written by the INSERT itself and returned
-    with ``RETURNING`` (read back right after where the database cannot return
-    it). It goes through Django's cursor, so query logging, execute wrappers and
-    error wrapping apply as they do to any query. While anyone listens to
-    ``pre_save``/``post_save`` for the model, the row is saved by the ORM, which
-    sends them.
-    """
-    if not _insert_directly(row, using):
-        save_new(row, using)  # the ORM's path: it sends the signals and compiles expressions
-    _read_clock_fields(row, using)
-
-
-def _insert_directly(row: Job, using: str) -> bool:
-    """The INSERT itself; False (nothing sent) where the ORM's ``save()`` must do it."""
-    model = type(row)
-    if pre_save.has_listeners(model) or post_save.has_listeners(model):
-        return False
-    connection = connections[using]
-    shape = _shapes.get((using, model))
-    if shape is None:
-        shape = _shapes[(using, model)] = _InsertShape(model, connection)
-    if not shape.plain:
-        return False
-    values = row.__dict__
-    vendor = connection.vendor
-    omit_null = shape.omit_null
-    columns: list[str] = []
-    slots: list[str] = []
-    params: list[Any] = []
-    stamped: list[tuple[Field[Any, Any], str]] = []
-    for field, column, kind in shape.fields:
-        value = values[field.attname]
-        if value is None:
-            if field.attname in omit_null:
-                continue
-            slot = "NULL"
-        elif isinstance(value, DatabaseNow):
-            slot = now_sql(vendor, value.seconds)
-            stamped.append((field, column))
-        elif type(value) not in _PLAIN_TYPES and hasattr(value, "resolve_expression"):
-            return False  # another expression: the ORM compiles it (nothing sent yet)
-        elif kind == "int" and type(value) is int:
-            slot = str(value)  # an int's own digits: nothing to quote
-        elif _EMPTY_KIND.get(type(value)) == kind and not value:
-            slot = _EMPTY[type(value)]
-        else:
-            slot = "%s"
-            params.append(field.get_db_prep_save(value, connection))
-        columns.append(column)
-        slots.append(slot)
-    sql = f"INSERT INTO {shape.table} ({', '.join(columns)}) VALUES ({', '.join(slots)})"
-    if stamped and shape.returns:
-        # Spelled out rather than through the backend's helper, which Django 6.0 renamed.
-        returned_columns = ", ".join(column for _, column in stamped)
-        sql = f"{sql} RETURNING {returned_columns}"
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        returned = cursor.fetchone() if stamped and shape.returns else None
-    row._state.adding = False
-    row._state.db = using
-    if returned is None:
-        return True  # the database cannot return them: the caller reads them back
-    for (field, _), value in zip(stamped, returned, strict=True):
-        col, converters = shape.converters[field.attname]
-        for convert in converters:
-            value = convert(value, col, connection)
-        values[field.attname] = value
-    return True
-
-
-def _read_clock_fields(job: Job, using: str) -> None:
-    """Replace the ``DatabaseNow`` values an INSERT wrote with the times it stored.
-
-    Where the database returns them from the INSERT (PostgreSQL, SQLite and MariaDB
-    on Django 6), that is already done; elsewhere they are read back.
-    """
-    pending = [
-        name
-        for name in ("available_at", "created_at")
-        if isinstance(getattr(job, name), DatabaseNow)
-    ]
-    if pending:
-        job.refresh_from_db(using=using, fields=pending)
+def _row_maker(
+    model: type[Job], traced: dict[str, str], **shared: Hashable
+) -> tuple[RowMaker, RowStatements | None]:
+    """The row maker for rows with these shared values, kept while nothing per call
+    (a trace context) is among them; with its kept INSERTs."""
+    if traced:
+        return RowMaker(model, **shared, trace_context=traced), None
+    key = (model, *shared.items())
+    found = _makers.get(key)
+    if found is None:
+        maker = RowMaker(model, **shared)
+        if len(_makers) >= _MAKERS_KEPT:
+            _makers.clear()
+        found = _makers[key] = (maker, RowStatements(maker.varying))
+    return found
 
 
 def _trace_context(model: type[Any], task_name: str, queue: str, count: int) -> dict[str, str]:

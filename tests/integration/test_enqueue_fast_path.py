@@ -135,3 +135,109 @@ def test_the_hint_folder_follows_its_setting() -> None:
     assert str(first).startswith("/tmp/arcature-hints-a/")
     assert str(second).startswith("/tmp/arcature-hints-b/")
     assert first.name == second.name
+
+
+# --- the connection's own binding mode ------------------------------------------------
+
+
+@pytest.mark.only_on("postgresql")
+@pytest.mark.pgbouncer(False, reason="prepared statements live in one server session")
+@pytest.mark.django_db(transaction=True)
+def test_a_server_side_binding_connection_prepares_the_insert_and_writes_the_same_row() -> None:
+    """With Django's ``server_side_binding`` and a ``prepare_threshold`` (settings a
+    project chooses knowingly: no transaction pooling), the enqueue's INSERT goes
+    through that connection's cursor and psycopg prepares it; the rows are the ones
+    a default (client-side binding) connection writes."""
+    options = connection.settings_dict["OPTIONS"]
+    saved = dict(options)
+    connection.close()
+    options.update(server_side_binding=True, prepare_threshold=2)
+    try:
+        bound = [add.using(queue="q1", priority=3).enqueue(2, b=3) for _ in range(4)]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+            prepared = [statement for (statement,) in cursor.fetchall()]
+    finally:
+        connection.close()
+        options.clear()
+        options.update(saved)
+    assert any(s.startswith(f'INSERT INTO "{Job._meta.db_table}"') for s in prepared), prepared
+    inlined = add.using(queue="q1", priority=3).enqueue(2, b=3)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone() == (0,)  # Django's default: nothing prepared
+    expected = {k: v for k, v in _stored(inlined).items() if k not in _PER_JOB}
+    for job in bound:
+        row = _stored(job)
+        assert {k: v for k, v in row.items() if k not in _PER_JOB} == expected
+        assert {name: getattr(job, name) for name in row} == row
+
+
+# --- statements kept between calls ----------------------------------------------------
+
+
+def test_kept_statements_never_mix_the_values_of_different_enqueues() -> None:
+    """The INSERT is worked out once per row shape and kept: every option that
+    differs between two calls must still land in its own row."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    at = timezone.now() + timedelta(hours=2)
+    calls: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({}, {"queue": "default", "priority": 0, "unique_key": None}),
+        ({"queue": "a"}, {"queue": "a", "priority": 0}),
+        ({"queue": "b"}, {"queue": "b", "priority": 0}),
+        ({"queue": "a", "priority": 7}, {"queue": "a", "priority": 7}),
+        ({"max_attempts": 9}, {"max_attempts": 9, "queue": "default"}),
+        ({"unique_key": "k1"}, {"unique_key": "k1"}),
+        ({"unique_key": "k2"}, {"unique_key": "k2"}),
+        ({}, {"unique_key": None, "max_attempts": 3}),
+        ({"run_at": at}, {"available_at": at}),
+        ({"delay": 30}, {}),
+        ({"delay": 60}, {}),
+    ]
+    for _ in range(2):  # the second time round, every statement is a kept one
+        Job.objects.all().delete()
+        for options, expected in calls:
+            job = noop.using(**options).enqueue()
+            stored = _stored(job)
+            assert {name: stored[name] for name in expected} == expected, options
+            assert {name: getattr(job, name) for name in stored} == stored
+            if "delay" in options:
+                offset = (stored["available_at"] - stored["created_at"]).total_seconds()
+                assert abs(offset - options["delay"]) < 1, (options, offset)
+    assert [job.payload for job in (add.enqueue(1, b=2), add.enqueue(5))] == [
+        {"args": [1], "kwargs": {"b": 2}},
+        {"args": [5], "kwargs": {}},
+    ]
+
+
+def test_a_post_init_receiver_that_changes_a_row_is_honoured_after_statements_were_kept() -> None:
+    from django.db.models.signals import post_init
+
+    noop.using(queue="init-q").enqueue()  # the statement for this shape is kept
+
+    def relabel(sender: type[Job], instance: Job, **kwargs: Any) -> None:
+        if instance._state.adding and instance.queue == "init-q":
+            instance.queue = "relabelled"
+
+    post_init.connect(relabel, sender=Job)
+    try:
+        job = noop.using(queue="init-q").enqueue()
+    finally:
+        post_init.disconnect(relabel, sender=Job)
+    assert _stored(job)["queue"] == "relabelled"
+    assert _stored(noop.using(queue="init-q").enqueue())["queue"] == "init-q"
+
+
+@pytest.mark.parametrize(
+    "queue",
+    ["plain-queue.v2", "it's", "back\\slash", "50%", "per%%cent%s", "ünïcode", "a b", "x" * 100],
+)
+def test_any_queue_name_is_stored_as_given_by_kept_statements(queue: str) -> None:
+    """Plain names may be written into the kept SQL as literals; every other name
+    travels as a parameter, so quotes, backslashes and percent signs arrive intact."""
+    first, second = noop.using(queue=queue).enqueue(), noop.using(queue=queue).enqueue()
+    assert [_stored(job)["queue"] for job in (first, second)] == [queue, queue]
+    assert first.queue == second.queue == queue

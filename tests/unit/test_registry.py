@@ -220,3 +220,33 @@ def test_a_jobs_module_that_fails_to_import_fails_the_check(rediscover: None) ->
     assert [m.id for m in messages] == ["arcature.E011"]
     assert "ModuleNotFoundError: No module named 'django_arcature.not_a_module'" in messages[0].msg
     assert not registry._discovered  # tried again next time, once fixed
+
+
+def _no_parameters() -> None: ...
+
+
+def _defaults_only(a: int = 1, *rest: int, **options: str) -> None: ...
+
+
+def _positional(a: int) -> None: ...
+
+
+def _keyword_only(*, k: str) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("func", "fits_no_arguments"),
+    [(_no_parameters, True), (_defaults_only, True), (_positional, False), (_keyword_only, False)],
+)
+def test_a_call_without_arguments_is_checked_against_the_signature(
+    func: object, fits_no_arguments: bool
+) -> None:
+    """A call without arguments skips the binding only where nothing is required."""
+    spec = registry.JobSpec(name="t.no_args", func=func)  # type: ignore[arg-type]
+    assert spec.needs_arguments is not fits_no_arguments
+    if fits_no_arguments:
+        spec.validate((), {})
+        assert registry.prepare_enqueue(registry.JobHandle(spec), (), {}) is spec.plan
+    else:
+        with pytest.raises(MalformedPayload, match="do not fit"):
+            spec.validate((), {})
