@@ -132,13 +132,20 @@ def run(url: str, *args: str, timeout: float = 90) -> subprocess.CompletedProces
     )
 
 
-def assert_one_line_naming_migrate(finished: subprocess.CompletedProcess[str]) -> None:
+def assert_stopped_with_one_line_naming(
+    finished: subprocess.CompletedProcess[str], remedy: str
+) -> None:
+    """A non-zero exit, no traceback, and one line of output that names ``remedy``."""
     output = finished.stdout + finished.stderr
     assert finished.returncode != 0, output
     assert "Traceback" not in output, output
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1, output
-    assert "python manage.py migrate" in lines[0], output
+    assert remedy in lines[0], output
+
+
+def assert_one_line_naming_migrate(finished: subprocess.CompletedProcess[str]) -> None:
+    assert_stopped_with_one_line_naming(finished, "python manage.py migrate")
 
 
 def test_the_worker_refuses_to_start_on_a_database_never_migrated(empty_database: str) -> None:
@@ -196,12 +203,7 @@ def _with_password(url: str, password: str) -> str:
 
 
 def assert_one_line_naming_databases(finished: subprocess.CompletedProcess[str]) -> None:
-    output = finished.stdout + finished.stderr
-    assert finished.returncode != 0, output
-    assert "Traceback" not in output, output
-    lines = [line for line in output.splitlines() if line.strip()]
-    assert len(lines) == 1, output
-    assert "DATABASES['default']" in lines[0], output
+    assert_stopped_with_one_line_naming(finished, "DATABASES['default']")
 
 
 SERVERS_ONLY = pytest.mark.only_on(
