@@ -8,6 +8,7 @@ read and to profile.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -167,13 +168,25 @@ def delay_offset(delay: float | timedelta | None, run_at: datetime | None) -> ti
 
 
 def new_ids(count: int) -> list[uuid.UUID]:
-    """``count`` random (version 4) UUIDs, as ``uuid.uuid4()`` makes them.
+    """``count`` new job ids: time-ordered UUIDs (version 7, RFC 9562).
 
-    From one read of the system's random source instead of one per id: for a
-    bulk enqueue that read was a fifth of the time spent building each row.
+    The first 48 bits are the Unix time in milliseconds and the other 74 are
+    random, so ids stay unguessable and unique while new rows land at the right
+    end of the primary-key index instead of on a random page of it. On a table of
+    a million rows a random id made each one-by-one enqueue touch a leaf page that
+    was rarely in memory: SQLite enqueued at 0.74 of its speed on an empty table.
+    The ids of one call are drawn from one read of the system's random source.
     """
-    if count == 1:
-        return [uuid.uuid4()]
+    millis = time.time_ns() // 1_000_000
+    random_bytes = os.urandom(10 * count)
+    ids = []
+    for start in range(0, 10 * count, 10):
+        rand = int.from_bytes(random_bytes[start : start + 10])  # 80 bits, 74 used
+        rand_a = rand >> 68  # 12 bits
+        rand_b = rand & ((1 << 62) - 1)  # 62 bits
+        value = (millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+        ids.append(uuid.UUID(int=value))
+    return ids
     random_bytes = os.urandom(16 * count)
     return [
         uuid.UUID(bytes=random_bytes[start : start + 16], version=4)

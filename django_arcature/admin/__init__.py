@@ -216,7 +216,9 @@ class BaseJobAdmin(_ModelAdmin):
 
     @admin.display(description=gettext_lazy("id"))
     def short_id(self, obj: Job) -> str:
-        return str(obj.pk)[:8]
+        """The id's last eight hex digits: random in every job id, where the first eight
+        of a time-ordered (version 7) id are the same for all jobs of the same minute."""
+        return obj.pk.hex[-8:] if isinstance(obj.pk, uuid.UUID) else str(obj.pk)[-8:]
 
     @admin.display(description=gettext_lazy("status"))
     def status_badge(self, obj: Job) -> SafeString:

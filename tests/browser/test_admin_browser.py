@@ -157,8 +157,8 @@ def test_requeue_dead_jobs_and_read_the_dashboard(
     assert message.text == "Requeued 2 jobs."
     listed = browser.find_element(By.ID, "result_list").text
     for job_id in chosen:
-        assert str(job_id)[:8] not in listed
-    assert str(dead[2])[:8] in listed
+        assert job_id.hex[-8:] not in listed
+    assert dead[2].hex[-8:] in listed
 
     browser.get(f"{live_server.url}/admin/django_arcature/job/?status=pending&queue=email")
     table = wait.until(expected_conditions.presence_of_element_located((By.ID, "result_list")))

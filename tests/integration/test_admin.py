@@ -151,8 +151,8 @@ def test_requeue_from_the_dead_letter_page(root: Client) -> None:
         assert job.failed_at is None
     assert status_of(ids[2]) == JobStatus.DEAD
     listed = root.get(DEAD).content.decode()
-    assert str(ids[2])[:8] in listed
-    assert str(ids[0])[:8] not in listed
+    assert ids[2].hex[-8:] in listed
+    assert ids[0].hex[-8:] not in listed
 
 
 def test_actions_leave_an_entry_in_each_changed_jobs_admin_history(

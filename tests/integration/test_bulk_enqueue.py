@@ -127,7 +127,7 @@ def test_a_delay_counts_from_each_rows_own_creation() -> None:
 def test_returned_jobs_line_up_with_the_input_and_are_the_stored_rows() -> None:
     jobs = add.enqueue_many([(i, i) for i in range(300)])
     assert len({j.id for j in jobs}) == 300
-    assert all(isinstance(j.id, uuid.UUID) and j.id.version == 4 for j in jobs)
+    assert all(isinstance(j.id, uuid.UUID) and j.id.version == 7 for j in jobs)
     assert [j.args for j in jobs] == [[i, i] for i in range(300)]
     by_id = {j.id: j for j in Job.objects.filter(pk__in=[j.pk for j in jobs])}
     for returned in jobs:
