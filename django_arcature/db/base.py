@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
 
 from django.db import connections
@@ -116,6 +117,15 @@ class Driver:
         'running'``. Must run inside a transaction.
         """
         raise NotImplementedError
+
+    # --- unique keys ----------------------------------------------------------------------
+
+    def one_inserter_per_key(self, key: str) -> AbstractContextManager[None]:
+        """Hold off other enqueues of ``key`` on this database while one tries its INSERT.
+
+        Nothing is needed where the unique index's waiters cannot deadlock each other.
+        """
+        return nullcontext()
 
     # --- bulk insert --------------------------------------------------------------------
 

@@ -384,17 +384,19 @@ class EnqueueWrites(JobWriter):
         Returns ``(job, created)``.
         """
         error: IntegrityError | None = None
-        for _ in range(_UNIQUE_INSERT_ATTEMPTS):
-            try:
-                with transaction.atomic(using=self.db):
-                    insert_row(row, self.db, statements)
-            except IntegrityError as exc:
-                error = exc
-                existing = self.using(self.db).filter(unique_key=row.unique_key).first()
-                if existing is not None:
-                    return existing, False
-                continue
-            return row, True
+        assert row.unique_key is not None
+        with driver_for(self.db).one_inserter_per_key(row.unique_key):
+            for _ in range(_UNIQUE_INSERT_ATTEMPTS):
+                try:
+                    with transaction.atomic(using=self.db):
+                        insert_row(row, self.db, statements)
+                except IntegrityError as exc:
+                    error = exc
+                    existing = self.using(self.db).filter(unique_key=row.unique_key).first()
+                    if existing is not None:
+                        return existing, False
+                    continue
+                return row, True
         assert error is not None
         raise error
 

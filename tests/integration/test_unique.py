@@ -235,3 +235,48 @@ def test_when_the_first_holder_rolls_back_one_waiting_enqueue_takes_the_key() ->
     assert len(rows) == 1
     assert rows[0][1] == {"args": [1], "kwargs": {}}  # a waiter's job, not the rolled-back one
     assert set(results) == {rows[0][0]}
+
+
+@pytest.mark.only_on("mysql", reason="only InnoDB's waiters on a unique entry can deadlock")
+@pytest.mark.django_db(transaction=True)
+def test_on_mariadb_enqueues_of_one_key_take_turns_at_the_insert() -> None:
+    """While another session has the key's turn, an enqueue of that key waits for it.
+
+    Without turns, two enqueues waiting on one uncommitted holder of a key could
+    deadlock (1213), which inside the caller's transaction reached the caller.
+    """
+    from django_arcature.db import driver_for
+
+    holding, release, done = threading.Event(), threading.Event(), threading.Event()
+    results: list[Any] = []
+
+    def hold_the_turn() -> None:
+        try:
+            with driver_for("default").one_inserter_per_key("turns"):
+                holding.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    def enqueue() -> None:
+        try:
+            with transaction.atomic():
+                results.append(add.using(unique_key="turns").enqueue(1).pk)
+        finally:
+            done.set()
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_turn)
+    holder.start()
+    assert holding.wait(timeout=30)
+    waiter = threading.Thread(target=enqueue)
+    waiter.start()
+    try:
+        assert not done.wait(timeout=1.0), "the enqueue did not wait for the key's turn"
+        assert not Job.objects.filter(unique_key="turns").exists()
+    finally:
+        release.set()
+        holder.join()
+        waiter.join()
+    assert done.is_set()
+    assert list(Job.objects.filter(unique_key="turns").values_list("pk", flat=True)) == results
