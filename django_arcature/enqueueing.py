@@ -125,10 +125,10 @@ class RowMaker:
         available_at: datetime | Func,
         created_at: datetime | Func,
         unique_key: str | None,
-        plain: bool | None = None,
+        plain: bool,
     ) -> Job:
         """One unsaved row; a time may be an expression (the database's clock), which the
-        INSERT writes. ``plain`` is :attr:`plain` when the caller has asked already."""
+        INSERT writes. ``plain`` is :attr:`plain`, asked once per call by the caller."""
         values = self.template.copy()
         values["id"] = job_id
         values["payload"] = payload
@@ -137,7 +137,7 @@ class RowMaker:
         values["unique_key"] = unique_key
         for attname, default in self.fresh:
             values[attname] = default()
-        if not (self.plain if plain is None else plain):
+        if not plain:
             # The template's keys are in field order: these are the positional values.
             built: Job = self.model(*values.values())  # type: ignore[misc]
             return built
@@ -187,8 +187,3 @@ def new_ids(count: int) -> list[uuid.UUID]:
         value = (millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
         ids.append(uuid.UUID(int=value))
     return ids
-    random_bytes = os.urandom(16 * count)
-    return [
-        uuid.UUID(bytes=random_bytes[start : start + 16], version=4)
-        for start in range(0, 16 * count, 16)
-    ]
