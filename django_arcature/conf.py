@@ -349,3 +349,13 @@ def default_retry_policy() -> RetryPolicy:
         max_seconds=conf.retry_max_seconds,
         jitter=conf.retry_jitter,
     )
+
+
+def job_database(explicit: str | None = None) -> str:
+    """The alias holding the job table: ``explicit`` (a ``--database`` option), else
+    ``ARCATURE["DATABASE"]``, else ``"default"``.
+
+    One rule for the worker and every command, so that moving the table to a
+    database of its own (``routers.JobsRouter``) needs no option anywhere.
+    """
+    return explicit or get_settings().database or "default"

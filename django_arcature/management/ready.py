@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_arcature.conf import job_database
 from django_arcature.db.refusals import login_refusal
 
 
@@ -19,8 +20,8 @@ class RefusedDatabaseStopsCommand(BaseCommand):
     """A management command that needs its database and should not wait for a bad login."""
 
     def database_alias(self, options: dict[str, Any]) -> str:
-        """The alias holding the job table; a command with its own default overrides this."""
-        return str(options["database"])
+        """The alias holding the job table (``conf.job_database``)."""
+        return job_database(options.get("database"))
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         try:

@@ -8,6 +8,7 @@ is refused by the system check before anything runs.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -149,6 +150,35 @@ def test_jobs_live_on_their_own_database(urls: dict[str, str]) -> None:
         f"from django_arcature.models import Job; print(Job.objects.get(pk='{job_id}').status)",
     )
     assert status == "succeeded"
+
+
+def test_every_job_table_command_finds_the_jobs_database_by_itself(
+    urls: dict[str, str],
+) -> None:
+    """No command that reads or writes the job table needs ``--database``: each one
+    takes ``ARCATURE["DATABASE"]``, as the worker does (the job table is not on
+    ``default`` here, so a command that looked there would fail)."""
+    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
+        done = manage(urls, *args)
+        assert done.returncode == 0, done.stderr
+    shell(
+        urls,
+        "from django_arcature.models import Job; "
+        "print(Job.objects.enqueue('tests.add', args=[2, 3], queue='mail').pk)",
+    )
+    status = manage(urls, "arcature_status", "--json")
+    assert status.returncode == 0, status.stderr
+    queues = {row["queue"]: row for row in json.loads(status.stdout)["queues"]}
+    assert queues["mail"]["ready"] == 1
+    paused = manage(urls, "arcature_queue", "pause", "mail")
+    assert paused.returncode == 0, paused.stderr
+    listed = manage(urls, "arcature_queue", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "mail" in listed.stdout
+    pruned = manage(urls, "arcature_prune", "--dry-run", "--older-than", "1d")
+    assert pruned.returncode == 0, pruned.stderr
+    schedules = manage(urls, "arcature_schedules")
+    assert schedules.returncode == 0, schedules.stderr
 
 
 def test_a_jobs_database_without_the_router_is_refused(urls: dict[str, str]) -> None:

@@ -14,6 +14,8 @@ from django.db import connections
 
 from django_arcature.bench.jobs import TASK
 from django_arcature.bench.measure import SCRATCH_QUEUE, Bench, BenchFailed, BenchRefused
+from django_arcature.conf import job_database
+from django_arcature.management.database import add_database_argument
 
 
 def _positive(text: str) -> int:
@@ -43,20 +45,21 @@ class Command(BaseCommand):
         parser.add_argument("--samples", type=_positive, default=20, help="Pickup samples.")
         parser.add_argument("--repeat", type=_positive, default=1, help="Runs per figure (median).")
         parser.add_argument("--queue", default=SCRATCH_QUEUE, help="The scratch queue.")
-        parser.add_argument("--database", default="default", help="Database alias.")
+        add_database_argument(parser)
         parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        using = job_database(options["database"])
         bench = Bench(
             task=TASK,
             queue=options["queue"],
-            using=options["database"],
+            using=using,
             worker_command=[
                 sys.executable,
                 "-m",
                 "django_arcature.bench.worker",
                 "--database",
-                options["database"],
+                using,
             ],
         )
         try:
@@ -65,7 +68,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         repeat = options["repeat"]
         results: dict[str, Any] = {
-            "database": connections[options["database"]].vendor,
+            "database": connections[using].vendor,
             "python": platform.python_version(),
             "jobs": options["jobs"],
             "repeat": repeat,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DEFAULT_DB_ALIAS
 
-from django_arcature.conf import get_settings
+from django_arcature.conf import job_database
 from django_arcature.core.durations import parse_duration
+from django_arcature.management.database import add_database_argument
 from django_arcature.retention.prune import count_prunable, prune
 from django_arcature.retention.rules import FINISHED, PruneRule, read_retention
 
@@ -36,11 +36,7 @@ class Command(BaseCommand):
             "--queue", action="append", help="Only this queue (repeatable; default: all)."
         )
         parser.add_argument("--batch-size", type=int, default=1000)
-        parser.add_argument(
-            "--database",
-            help="The database alias holding the job table. Default: ARCATURE['DATABASE'], "
-            'else "default".',
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         statuses = options["status"] or list(FINISHED)
@@ -65,7 +61,7 @@ class Command(BaseCommand):
                     "nothing to prune: ARCATURE['RETENTION'] sets no age for these statuses; "
                     "pass --older-than"
                 )
-        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        using = job_database(options["database"])
         total = 0
         if options["dry_run"]:
             for rule in rules:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, Q
 
-from django_arcature.conf import get_settings
+from django_arcature.conf import job_database
+from django_arcature.management.database import add_database_argument
 from django_arcature.queues.control import pause, resume
 from django_arcature.queues.limits import read_limits
 
@@ -19,14 +19,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["pause", "resume", "list"])
         parser.add_argument("name", nargs="?", help="The queue (required for pause and resume).")
-        parser.add_argument(
-            "--database",
-            help="The database alias holding the job table. Default: ARCATURE['DATABASE'], "
-            'else "default".',
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        using = job_database(options["database"])
         action, name = options["action"], options["name"]
         if action == "list":
             self._list(using, name)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature import registry
-from django_arcature.conf import get_settings
+from django_arcature.conf import job_database
 from django_arcature.db.clock import database_now
+from django_arcature.management.database import add_database_argument
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
 
 
@@ -24,17 +24,13 @@ class Command(BaseCommand):
             help="Write this code's @periodic schedules to the database first (workers do it "
             "when they start).",
         )
-        parser.add_argument(
-            "--database",
-            help="The database alias holding the job table. Default: ARCATURE['DATABASE'], "
-            'else "default".',
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_arcature.schedules.models import Schedule
         from django_arcature.schedules.sync import sync_code_schedules
 
-        using = options["database"] or get_settings().database or DEFAULT_DB_ALIAS
+        using = job_database(options["database"])
         registry.autodiscover()
         if options["sync"]:
             created, updated = sync_code_schedules(using)

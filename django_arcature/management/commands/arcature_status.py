@@ -11,6 +11,7 @@ from django.db.models import Count, Min, Q
 
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.db.clock import database_now
+from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.models import Job, JobStatus
 
@@ -43,17 +44,14 @@ class Command(RefusedDatabaseStopsCommand):
             help="Count failures from this many minutes back. Default: 60.",
         )
         parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
-        parser.add_argument(
-            "--database",
-            default="default",
-            help='The database alias holding the job table. Default: "default".',
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        problem = migration_problem(options["database"])
+        using = self.database_alias(options)
+        problem = migration_problem(using)
         if problem:
             raise CommandError(problem)
-        report = self.collect(options["database"], timedelta(minutes=options["since"]))
+        report = self.collect(using, timedelta(minutes=options["since"]))
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
         else:

@@ -10,12 +10,12 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
-from django.db import DEFAULT_DB_ALIAS
 
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.core.durations import parse_duration
+from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.worker import Worker
 
@@ -201,15 +201,7 @@ class Command(RefusedDatabaseStopsCommand):
             "worker id, pid); `manage.py arcature_health --file PATH` checks it without the "
             "database. Its folder must exist and be writable.",
         )
-        parser.add_argument(
-            "--database",
-            default=None,
-            help='The database alias holding the job table. Default: ARCATURE["DATABASE"], '
-            'else "default".',
-        )
-
-    def database_alias(self, options: dict[str, Any]) -> str:
-        return str(options["database"] or get_settings().database or DEFAULT_DB_ALIAS)
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = self.database_alias(options)
@@ -229,7 +221,7 @@ class Command(RefusedDatabaseStopsCommand):
                 max_jobs=options["max_jobs"],
                 worker_id=options["worker_id"],
                 shutdown_timeout=options["shutdown_timeout"],
-                using=options["database"],
+                using=using,
                 listen=options["listen"],
                 exclude_queues=options["exclude_queues"],
                 drain=options["drain"],

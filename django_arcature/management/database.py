@@ -1,0 +1,14 @@
+"""The ``--database`` option of every command that reads or writes the job table."""
+
+from __future__ import annotations
+
+from django.core.management.base import CommandParser
+
+DATABASE_HELP = (
+    'The database alias holding the job table. Default: ARCATURE["DATABASE"], else "default".'
+)
+
+
+def add_database_argument(parser: CommandParser) -> None:
+    """``--database``, unset unless given: ``conf.job_database`` then decides."""
+    parser.add_argument("--database", help=DATABASE_HELP)
