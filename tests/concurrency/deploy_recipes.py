@@ -219,12 +219,20 @@ class Recipe:
     probe: list[str]  # the liveness probe's command line
     stop_signal: str
     stop_budget: float  # seconds the process manager waits before SIGKILL
+    #: Signals the manager sends right after the stop signal: systemd always follows
+    #: KillSignal= with SIGCONT, so that a suspended process can act on it (systemd.kill(5)).
+    followed_by: tuple[str, ...] = ()
 
     def flag(self, name: str) -> str | None:
-        """The value given to ``--name`` in the worker's command, or None."""
-        if name not in self.worker:
-            return None
-        return self.worker[self.worker.index(name) + 1]
+        """The value given to option ``name`` in the worker's command, or None."""
+        return flag_value(self.worker, name)
+
+
+def flag_value(words: list[str], name: str) -> str | None:
+    """The word after ``name`` in a command line, or None when ``name`` is absent."""
+    if name not in words:
+        return None
+    return words[words.index(name) + 1]
 
 
 def systemd_recipe() -> Recipe:
@@ -237,6 +245,7 @@ def systemd_recipe() -> Recipe:
         probe=health_script_probe(script[2]),
         stop_signal=unit_value(worker_unit, "Service", "KillSignal"),
         stop_budget=seconds(unit_value(worker_unit, "Service", "TimeoutStopSec")),
+        followed_by=("SIGCONT",),
     )
 
 
@@ -262,8 +271,8 @@ def docker_recipe() -> Recipe:
     # The Dockerfile defines no probe; the image's health file is checked by the same
     # module command the Kubernetes recipe runs in that image, pointed at its path.
     probe = kubernetes_recipe().probe
-    path = Recipe("docker", command, [], "", 0).flag("--health-file")
-    assert path is not None
+    path = flag_value(command, "--health-file")
+    assert path is not None, "the Dockerfile's worker writes no health file"
     return Recipe(
         name="docker",
         worker=command,
