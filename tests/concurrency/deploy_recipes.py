@@ -222,6 +222,8 @@ class Recipe:
     #: Signals the manager sends right after the stop signal: systemd always follows
     #: KillSignal= with SIGCONT, so that a suspended process can act on it (systemd.kill(5)).
     followed_by: tuple[str, ...] = ()
+    #: The worker is its container's PID 1: it gets only the signals it has handlers for.
+    pid1: bool = False
 
     def flag(self, name: str) -> str | None:
         """The value given to option ``name`` in the worker's command, or None."""
@@ -279,6 +281,7 @@ def docker_recipe() -> Recipe:
         probe=[*probe[:3], path, *probe[4:]],
         stop_signal=dockerfile_value("STOPSIGNAL"),
         stop_budget=docker_stop_seconds(),
+        pid1=True,
     )
 
 
@@ -291,6 +294,7 @@ def kubernetes_recipe() -> Recipe:
         probe=list(container["livenessProbe"]["exec"]["command"]),
         stop_signal="SIGTERM",  # what the kubelet sends a container's process
         stop_budget=float(deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]),
+        pid1=True,
     )
 
 

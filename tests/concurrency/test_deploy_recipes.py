@@ -26,6 +26,7 @@ database cannot change their outcome.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import shutil
@@ -79,6 +80,8 @@ STOP_SLACK = 5.0
 #: The doc's probes allow 60 s; waiting that long after a SIGKILL is too long for CI,
 #: so the kill test runs the same commands with this --max-age instead.
 SHORT_MAX_AGE = "1"
+#: How long the shell-form control watches a worker that should have got SIGTERM.
+SHELL_FORM_WATCH_SECONDS = 1.5
 
 UNITS = ("arcature-worker@.service", "arcature-health@.service", "arcature-health@.timer")
 
@@ -150,8 +153,15 @@ def test_recipe_worker_passes_its_probe_and_stops_cleanly_on_its_signal(
     # The run stands for the recipe only if the test settings keep the built-in default.
     assert get_settings().shutdown_timeout == ArcatureSettings().shutdown_timeout
     health = tmp_path / "health.json"
-    worker = start_worker(command=runnable_worker(recipe, health))
+    command = runnable_worker(recipe, health)
+    if recipe.pid1:
+        require_pid_namespaces()
+        command = in_pid_namespace(command)
+    worker = start_worker(command=command)
     wait_for_state(health, "ok", worker)
+    # A container's runtime signals its PID 1 from outside the container's PID namespace.
+    worker_pid = namespace_init(worker) if recipe.pid1 else worker.proc.pid
+    assert record(health)["pid"] == (1 if recipe.pid1 else worker.proc.pid)
     alive = run(runnable_probe(recipe, health))
     assert alive.returncode == 0, alive.stdout + alive.stderr
     assert "ok, written" in alive.stdout
@@ -161,7 +171,7 @@ def test_recipe_worker_passes_its_probe_and_stops_cleanly_on_its_signal(
     wait_started(events, job_id)
     signalled_at = time.monotonic()
     for signum in (recipe.stop_signal, *recipe.followed_by):
-        worker.signal(signal.Signals[signum])
+        os.kill(worker_pid, signal.Signals[signum])
     wait_for_state(health, "stopping", worker)
     # Through the grace period the probe keeps passing: no restart of a stopping worker.
     stopping = run(runnable_probe(recipe, health))
@@ -178,6 +188,74 @@ def test_recipe_worker_passes_its_probe_and_stops_cleanly_on_its_signal(
     assert stopped.returncode == 1
     assert "stopped at" in stopped.stderr
     assert "(exit status 0)" in stopped.stderr
+
+
+@functools.cache
+def pid_namespaces_unavailable() -> str | None:
+    """None if ``unshare`` can start a process as PID 1 of a new PID namespace, else why not."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "unshare (util-linux) is not installed"
+    result = subprocess.run(
+        [*in_pid_namespace([sys.executable, "-c", "import os; print(os.getpid())"])],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if result.stdout.strip() != "1":
+        return f"cannot start a process in a new PID namespace: {result.stderr.strip()}"
+    return None
+
+
+def require_pid_namespaces() -> None:
+    reason = pid_namespaces_unavailable()
+    if reason is not None:
+        if IN_CI:
+            pytest.fail(f"{reason}: CI must run the container recipes as PID 1")
+        pytest.skip(reason)
+
+
+def in_pid_namespace(command: list[str]) -> list[str]:
+    """``command`` as PID 1 of a PID namespace of its own, as a container runtime starts
+    a container's command; ``--kill-child`` takes it down with the test's handle on it."""
+    return ["unshare", "--pid", "--fork", "--kill-child", *command]
+
+
+def namespace_init(worker: WorkerProcess) -> int:
+    """The host pid of the namespace's PID 1: the only child of ``unshare``."""
+    children = Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children")
+    found: list[int] = []
+
+    def forked() -> bool:
+        found[:] = [int(pid) for pid in children.read_text().split()]
+        return bool(found)
+
+    wait_until(forked, timeout=10, what="unshare to start its child")
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.only_on(
+    "sqlite", reason="shows how a container's PID 1 gets signals; the database does not matter"
+)
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_the_shell_form_the_guide_warns_against_never_passes_sigterm_on(
+    start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """The control for the container runs above: were the Dockerfile's CMD in shell form,
+    ``/bin/sh -c`` would be PID 1, ignore the runtime's SIGTERM, and the worker would
+    run on until SIGKILL, as the guide says."""
+    require_pid_namespaces()
+    health = tmp_path / "health.json"
+    shell_form = ["/bin/sh", "-c", shlex.join(runnable_worker(RECIPES["docker"](), health))]
+    worker = start_worker(command=in_pid_namespace(shell_form))
+    wait_for_state(health, "ok", worker)
+    os.kill(namespace_init(worker), signal.SIGTERM)
+    time.sleep(SHELL_FORM_WATCH_SECONDS)
+    assert worker.alive()
+    assert record(health)["state"] == "ok"  # never "stopping": the signal did not arrive
+    assert time.time() - record(health)["written_at"] < SHELL_FORM_WATCH_SECONDS
 
 
 def systemd_health_script(health_file: Path, max_age: str | None = None) -> list[str]:
