@@ -10,14 +10,21 @@ can be done for real, on the recipes read out of the page (deploy_recipes.py):
   settings) and the health-file path replaced: every flag and value is the
   guide's. The recipe's own probe command passes against it, keeps passing while
   it stops, and the recipe's stop signal stops it with exit status 0 well within
-  the recipe's stop budget, the job it was running finished;
+  the recipe's stop budget, the job it was running finished. The container
+  recipes' workers run as PID 1 of a PID namespace of their own (``unshare``) and
+  are signalled from outside it, as a container runtime does; a control shows
+  that the shell-form CMD the guide warns against would never see SIGTERM;
 - after SIGKILL the probes fail once ``--max-age`` has passed, and the systemd
   health service's whole script then asks systemctl for a ``try-restart``;
 - the rules the guide states hold on the recipes themselves (exec-form CMD,
   SIGTERM, stop budgets above the shutdown timeout, every flag accepted by the
   real commands' parsers, a Deployment of a valid shape, a probe that fits its
   timeout without loading Django);
-- ``systemd-analyze verify`` accepts the unit files.
+- ``systemd-analyze verify`` accepts the unit files. It needs no systemd running
+  as PID 1: it loads the files into a manager of its own, in this process, and
+  reports bad syntax, unknown keys and values and missing executables (not users
+  or working directories); a control shows it failing the units as written,
+  whose virtualenv does not exist here.
 
 The checks that only read the page run on the SQLite environments alone: the
 database cannot change their outcome.
