@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bigtable import LABELS, url_for  # noqa: E402
+from benchmarks.bigtable import LABELS, WARM_UP_ENQUEUES, url_for  # noqa: E402
 
 PAGES = (
     "changelist",
@@ -271,14 +271,21 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def abba(names: dict[str, str], index: int) -> list[tuple[str, str]]:
+    """The tables in round ``index``'s order: which one goes first alternates, so the
+    second place's warmer (or busier) machine falls to each table as often."""
+    order = list(names.items())
+    return order if index % 2 == 0 else order[::-1]
+
+
 def measure(db: str, options: argparse.Namespace) -> dict[str, Any]:
     names = {size: f"{options.prefix}_{size}" for size in ("small", "big")}
     found: dict[str, Any] = {"db": db, "load_before": load_average()}
     for size, name in names.items():
         found[size] = run_child(db, name, "setup")
     times: dict[str, dict[str, list[float]]] = {"small": {}, "big": {}}
-    for _ in range(options.rounds):
-        for size, name in names.items():
+    for index in range(options.rounds):
+        for size, name in abba(names, index):
             result = run_child(db, name, "admin")
             found[f"{size}_urls"] = result["urls"]
             for page, samples in result["admin"].items():
@@ -295,9 +302,9 @@ def measure(db: str, options: argparse.Namespace) -> dict[str, Any]:
     if not options.skip_writes:
         for name in names.values():
             run_child(db, name, "reset")
-        for _ in range(options.write_rounds):
+        for index in range(options.write_rounds):
             for phase, key in (("enqueue", "enqueue_single"), ("sweep", "sweep")):
-                for size, name in names.items():
+                for size, name in abba(names, index):
                     rate = run_child(db, name, phase)[key]
                     rates[size].setdefault(key, []).append(rate)
     found["rates"] = rates
@@ -377,6 +384,9 @@ def main() -> None:
     parser.add_argument("--write-rounds", type=int, default=5, help="enqueue/sweep rounds")
     parser.add_argument("--single", type=int, default=500, help="one-by-one enqueues per round")
     parser.add_argument("--sweep", type=int, default=2_000, help="expired leases per round")
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP_ENQUEUES, help="untimed enqueues before --single"
+    )
     parser.add_argument("--skip-writes", action="store_true", help="admin pages only")
     parser.add_argument("--skip-no-match", action="store_true", help="not the full-scan search")
     parser.add_argument("--no-write", action="store_true", help="print only")

@@ -23,6 +23,12 @@ contenders share with Django's ``OPTIONS`` ``server_side_binding=True`` and
 statement it has run five times, for both alike. The default is Django's own
 (parameters inlined by the client, nothing prepared), which works behind PgBouncer
 in transaction pooling.
+
+``--bare-table`` (PostgreSQL) measures a ceiling no schema of ours can pass: in a
+database of its own (the usual name plus ``_bare``), our job table is stripped to
+its primary key (no claim, list or unique index, no CHECK constraint, no NOTIFY
+trigger), a table no worker could claim from efficiently. Whatever ratio that
+table reaches is the most any index or constraint work on the server could give.
 """
 
 from __future__ import annotations
@@ -146,20 +152,53 @@ def profile_round(bench: Round, count: int, top: int) -> str:
     return out.getvalue()
 
 
+#: What ``--bare-table`` drops from our table: every index but the primary key, every
+#: CHECK and UNIQUE constraint, and the NOTIFY trigger of migration 0002.
+STRIP_SQL = """
+DROP TRIGGER IF EXISTS arcature_notify_inserted ON django_arcature_job;
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT conname FROM pg_constraint
+             WHERE conrelid = 'django_arcature_job'::regclass AND contype IN ('c', 'u') LOOP
+        EXECUTE format('ALTER TABLE django_arcature_job DROP CONSTRAINT %I', r.conname);
+    END LOOP;
+    FOR r IN SELECT indexrelid::regclass::text AS name FROM pg_index
+             WHERE indrelid = 'django_arcature_job'::regclass AND NOT indisprimary LOOP
+        EXECUTE format('DROP INDEX %s', r.name);
+    END LOOP;
+END $$;
+"""
+
+
+def strip_our_table() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(STRIP_SQL)
+
+
 def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
-    os.environ["DATABASE_URL"] = URLS[db]
+    url = URLS[db]
+    if options.bare_table:
+        if db != "postgres":
+            raise SystemExit("--bare-table is for PostgreSQL only")
+        url = f"{url}_bare"
+    os.environ["DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.peer_settings"
     if options.server_binding and db == "postgres":
         os.environ["ARCATURE_BENCH_SERVER_BINDING"] = "1"
     from benchmarks.run import ensure_database
 
-    ensure_database(URLS[db])
+    ensure_database(url)
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    if options.bare_table:
+        strip_our_table()
     bench = Round()
     listeners = bind_listeners(options.listeners)
     try:
@@ -205,6 +244,8 @@ def table(results: list[dict[str, Any]], options: argparse.Namespace, loads: lis
         if options.server_binding
         else ""
     )
+    if options.bare_table:
+        binding += "our table stripped to its primary key (--bare-table); "
     lines = [
         f"{options.jobs:,} no-op jobs one by one per contender and round, {options.rounds} "
         f"rounds (ABBA), {options.listeners} idle worker socket(s) on the host; "
@@ -236,6 +277,12 @@ def main() -> None:
         "--server-binding",
         action="store_true",
         help="PostgreSQL: server-side binding and prepared statements for both contenders",
+    )
+    parser.add_argument(
+        "--bare-table",
+        action="store_true",
+        help="PostgreSQL: our table stripped to its primary key, in a database of its own "
+        "(the ceiling no index or constraint work can pass)",
     )
     parser.add_argument("--top", type=int, default=30, help="profile lines to print")
     parser.add_argument("--one", help=argparse.SUPPRESS)
