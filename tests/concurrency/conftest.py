@@ -20,9 +20,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
-    """One worker subprocess; its stderr (the worker's log) goes to a file we can read."""
+    """One worker subprocess; its stderr (the worker's log) goes to a file we can read.
 
-    def __init__(self, args: list[str], events: Path) -> None:
+    ``command`` replaces the whole command line, for a test that must run one
+    exactly as written elsewhere (the deployment guide's recipes); by default it is
+    this interpreter running ``arcature_worker -v 2`` with ``args``.
+    """
+
+    def __init__(self, args: list[str], events: Path, command: list[str] | None = None) -> None:
         self.log_path = Path(tempfile.mkstemp(prefix="arcature-worker-", suffix=".log")[1])
         env = {
             **os.environ,
@@ -34,7 +39,7 @@ class WorkerProcess:
         }
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "django", "arcature_worker", "-v", "2", *args],
+                command or [sys.executable, "-m", "django", "arcature_worker", "-v", "2", *args],
                 cwd=REPO,
                 env=env,
                 stdout=log,
@@ -76,10 +81,10 @@ def events(tmp_path: Path) -> Path:
 def start_worker(events: Path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
-    def start(*args: str) -> WorkerProcess:
+    def start(*args: str, command: list[str] | None = None) -> WorkerProcess:
         # Commit what the test wrote before a second process looks for it.
         connection.close()
-        worker = WorkerProcess(list(args), events)
+        worker = WorkerProcess(list(args), events, command)
         started.append(worker)
         return worker
 
