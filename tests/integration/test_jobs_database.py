@@ -184,5 +184,19 @@ def test_every_job_table_command_finds_the_jobs_database_by_itself(
 def test_a_jobs_database_without_the_router_is_refused(urls: dict[str, str]) -> None:
     done = manage(urls, "check", ARCATURE_NO_ROUTER="1")
     assert done.returncode != 0
-    assert "arcature.E002" in done.stderr
+    assert "arcature.E004" in done.stderr
     assert "django_arcature.routers.JobsRouter" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["check"], ["arcature_worker", "--burst"]])
+def test_a_wrong_setting_next_to_the_router_is_reported_not_a_traceback(
+    urls: dict[str, str], command: list[str]
+) -> None:
+    """The router reads the settings on every routing question, Django's model checks
+    included: a wrong ``ARCATURE`` value must reach ``arcature.E001`` (what to change)
+    rather than end the check run in a traceback from inside the router."""
+    done = manage(urls, *command, ARCATURE_EXTRA='{"LEASE_SECONDS": 0}')
+    assert done.returncode != 0
+    assert "arcature.E001" in done.stderr, done.stderr
+    assert "ARCATURE['LEASE_SECONDS'] = 0 is invalid" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
