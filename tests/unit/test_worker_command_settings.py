@@ -12,6 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_worker(settings: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_command(settings, "arcature_worker", *args)
+
+
+def run_command(settings: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": settings,
@@ -21,7 +25,7 @@ def run_worker(settings: str, *args: str) -> subprocess.CompletedProcess[str]:
         "DATABASE_URL": f"sqlite:///{ROOT / 'var' / 'bad-settings.sqlite3'}",
     }
     return subprocess.run(
-        [sys.executable, "-m", "django", "arcature_worker", *args],
+        [sys.executable, "-m", "django", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -47,3 +51,33 @@ def test_help_still_reads_with_a_bad_setting() -> None:
     assert finished.returncode == 0, finished.stderr
     assert "--shutdown-timeout SECONDS" in finished.stdout
     assert "Default: 30." in finished.stdout
+
+
+def test_periodic_without_cronsim_stops_the_worker_and_the_check() -> None:
+    """``arcature.E030`` depends on the ``jobs`` modules having been imported, and
+    Django runs the checks in no fixed order: the check must import them itself,
+    or the worker starts and fails its duties every half second instead."""
+    for command in (["arcature_worker", "--burst"], ["check"]):
+        finished = run_command("tests.testapp.no_cron_settings", *command)
+
+        assert finished.returncode == 1, (command, finished.stderr)
+        assert "Traceback" not in finished.stderr
+        assert "(arcature.E030) @periodic schedules are declared (periodic-app-nightly)" in (
+            finished.stderr
+        )
+        assert "django-arcature[schedules]" in finished.stderr
+
+
+def test_the_cron_library_check_finds_schedules_on_its_own() -> None:
+    """The same, without luck in the order: in a fresh process where nothing has
+    imported the ``jobs`` modules yet, the check alone still sees the declaration."""
+    finished = run_command(
+        "tests.testapp.no_cron_settings",
+        "shell",
+        "-c",
+        "from django_arcature.schedules.checks import check_cron_library; "
+        "print([m.id for m in check_cron_library()])",
+    )
+
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.strip().splitlines()[-1] == "['arcature.E030']"
