@@ -28,6 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_arcature.schedules.models import Schedule
+        from django_arcature.schedules.periodic import declared
         from django_arcature.schedules.sync import sync_code_schedules
 
         using = job_database(options["database"])
@@ -37,8 +38,17 @@ class Command(BaseCommand):
             self.stdout.write(f"synced from code: {created} created, {updated} updated")
         now = database_now(using)
         schedules = list(Schedule.objects.using(using).order_by("name"))
+        # Code schedules reach the table when a worker starts (or with --sync): until
+        # then, name them rather than let the listing claim there are none.
+        unsynced = sorted(set(declared()) - {s.name for s in schedules})
+        if unsynced:
+            self.stdout.write(
+                f"declared in code, not synced yet: {', '.join(unsynced)} "
+                "(a worker writes them when it starts; --sync does it now)"
+            )
         if not schedules:
-            self.stdout.write("no schedules")
+            if not unsynced:
+                self.stdout.write("no schedules")
             return
         self.stdout.write(f"database now: {now.isoformat()}")
         for schedule in schedules:
