@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,3 +72,26 @@ def test_manage_py_check_runs_the_backend_check() -> None:
         call_command("check")
     assert "arcature.E102" in str(failure.value)
     assert "unknown keys ['X']" in str(failure.value)
+
+
+def test_a_fresh_manage_py_check_runs_the_backend_check() -> None:
+    """In a fresh process nothing may have imported ``django.tasks``, whose import is
+    what registers Django's check of the task backends: the app must make sure it
+    runs, or a wrong ``OPTIONS`` key passes ``check`` and the worker unnoticed."""
+    root = Path(__file__).resolve().parents[2]
+    finished = subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        cwd=root,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.testapp.bad_tasks_settings",
+            "PYTHONPATH": str(root),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert finished.returncode == 1, finished.stderr
+    assert "(arcature.E102)" in finished.stderr
+    assert "MAX_ATTEMPTZ" in finished.stderr
