@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -81,3 +83,38 @@ def test_the_cron_library_check_finds_schedules_on_its_own() -> None:
 
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.strip().splitlines()[-1] == "['arcature.E030']"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--lease", "700000", "argument --lease: must be from 1 to 604800"),
+        ("--concurrency", "5000", "argument --concurrency: must be from 1 to 1024"),
+        ("--batch", "20000", "argument --batch: must be from 1 to 10000"),
+        ("--poll-interval", "99999", "argument --poll-interval: must be above 0, up to 3600"),
+        ("--shutdown-timeout", "999999", "argument --shutdown-timeout: must be from 0 to 86400"),
+        ("--queue", "", "argument --queue: "),
+        ("--exclude-queue", " x", "argument --exclude-queue: "),
+    ],
+)
+def test_a_worker_option_outside_its_settings_range_is_refused(
+    option: str, value: str, says: str
+) -> None:
+    """Each option overrides its ``ARCATURE`` key for one process, so it is held to
+    the key's range: beyond it the worker either ran with a value the settings
+    refuse (5000 threads, an empty queue name serving nothing) or ended in a
+    traceback (a lease over a week)."""
+    finished = run_worker("tests.settings", "--burst", option, value)
+
+    assert finished.returncode == 2, finished.stderr
+    assert says in finished.stderr
+    assert "Traceback" not in finished.stderr
+
+
+@pytest.mark.parametrize("command", ["arcature_worker", "arcature_status", "arcature_prune"])
+def test_an_unknown_database_alias_is_refused_in_one_line(command: str) -> None:
+    finished = run_command("tests.settings", command, "--database", "nope")
+
+    assert finished.returncode != 0
+    assert "Traceback" not in finished.stderr, finished.stderr
+    assert "--database: 'nope' is not an entry of DATABASES (default)" in finished.stderr
