@@ -43,6 +43,14 @@ def seconds(low: float, high: float, *, above_low: bool = False) -> Callable[[st
     return parse
 
 
+def minutes(text: str) -> float:
+    """A number of minutes above 0 (a window that ends now)."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of minutes above 0, not {text}")
+    return value
+
+
 def queue_name(text: str) -> str:
     """A queue name as ``ARCATURE["DEFAULT_QUEUE"]`` and ``@job(queue=...)`` take it."""
     problem = name_problem(text, "queue", QUEUE_MAX_LENGTH)

@@ -118,3 +118,20 @@ def test_an_unknown_database_alias_is_refused_in_one_line(command: str) -> None:
     assert finished.returncode != 0
     assert "Traceback" not in finished.stderr, finished.stderr
     assert "--database: 'nope' is not an entry of DATABASES (default)" in finished.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["arcature_prune", "--batch-size", "99999999"], "--batch-size: must be from 1 to 10000"),
+        (["arcature_prune", "--batch-size", "0"], "--batch-size: must be from 1 to 10000"),
+        (["arcature_prune", "--queue", ""], "argument --queue: "),
+        (["arcature_status", "--since", "-1"], "--since: must be a number of minutes above 0"),
+        (["arcature_schedules", "--next", "-1"], "--next: must be from 0 to 1000"),
+    ],
+)
+def test_the_other_commands_refuse_an_option_out_of_range(command: list[str], says: str) -> None:
+    finished = run_command("tests.settings", *command)
+
+    assert finished.returncode == 2, finished.stderr
+    assert says in finished.stderr

@@ -10,6 +10,7 @@ from django_arcature import registry
 from django_arcature.conf import job_database
 from django_arcature.db.clock import database_now
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import whole_number
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
 
 
@@ -17,7 +18,13 @@ class Command(BaseCommand):
     help = "List every schedule (code and admin) with its next fire times, on the database clock."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--next", type=int, default=3, help="Fire times to show (default 3).")
+        parser.add_argument(
+            "--next",
+            type=whole_number(0, 1000),
+            default=3,
+            metavar="N",
+            help="Fire times to show, 0 to 1000 (default 3).",
+        )
         parser.add_argument(
             "--sync",
             action="store_true",

@@ -12,6 +12,7 @@ from django.db.models import Count, Min, Q
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.db.clock import database_now
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import minutes
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.models import Job, JobStatus
 
@@ -38,7 +39,7 @@ class Command(RefusedDatabaseStopsCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--since",
-            type=float,
+            type=minutes,
             default=60.0,
             metavar="MINUTES",
             help="Count failures from this many minutes back. Default: 60.",
