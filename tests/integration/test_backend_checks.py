@@ -74,7 +74,7 @@ def test_manage_py_check_runs_the_backend_check() -> None:
     assert "unknown keys ['X']" in str(failure.value)
 
 
-def test_a_fresh_manage_py_check_runs_the_backend_check() -> None:
+def test_a_fresh_manage_py_check_runs_the_backend_check(tmp_path: Path) -> None:
     """In a fresh process nothing may have imported ``django.tasks``, whose import is
     what registers Django's check of the task backends: the app must make sure it
     runs, or a wrong ``OPTIONS`` key passes ``check`` and the worker unnoticed."""
@@ -86,6 +86,9 @@ def test_a_fresh_manage_py_check_runs_the_backend_check() -> None:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.testapp.bad_tasks_settings",
             "PYTHONPATH": str(root),
+            # The check reads settings only; a SQLite file spares MariaDB's own checks
+            # a connection to a database that only the test run creates.
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'check.sqlite3'}",
         },
         capture_output=True,
         text=True,
