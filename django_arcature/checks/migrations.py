@@ -41,12 +41,19 @@ def migration_problem(using: str) -> str | None:
     if table not in tables:
         return (
             f"django-arcature: the job table {table!r} does not exist in database {using!r}: "
-            "run `python manage.py migrate` first."
+            f"run `{_migrate_command(using)}` first."
         )
     if missing:
         return (
             f"django-arcature: database {using!r} has {len(missing)} unapplied "
             f"{APP_LABEL} migration(s) ({', '.join(missing)}): "
-            "run `python manage.py migrate` first."
+            f"run `{_migrate_command(using)}` first."
         )
     return None
+
+
+def _migrate_command(using: str) -> str:
+    """The command that migrates ``using``: plain ``migrate`` only reaches ``default``."""
+    if using == "default":
+        return "python manage.py migrate"
+    return f"python manage.py migrate --database {using}"

@@ -200,3 +200,18 @@ def test_a_wrong_setting_next_to_the_router_is_reported_not_a_traceback(
     assert "arcature.E001" in done.stderr, done.stderr
     assert "ARCATURE['LEASE_SECONDS'] = 0 is invalid" in done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_forgetting_to_migrate_the_jobs_database_names_the_command_that_does_it(
+    urls: dict[str, str],
+) -> None:
+    """Plain ``migrate`` works on ``default`` only (and has nothing left to do there):
+    a worker that finds no job table on the jobs database must say
+    ``migrate --database jobs``, or the user runs a command that does nothing."""
+    done = manage(urls, "migrate")
+    assert done.returncode == 0, done.stderr
+    for command in (["arcature_worker", "--burst"], ["arcature_status"]):
+        stopped = manage(urls, *command)
+        assert stopped.returncode == 1
+        assert "does not exist in database 'jobs'" in stopped.stderr
+        assert "run `python manage.py migrate --database jobs` first" in stopped.stderr
