@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from django_arcature.conf import job_database
 from django_arcature.core.durations import parse_duration
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.options import queue_name, whole_number
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.retention.prune import count_prunable, prune
 from django_arcature.retention.rules import FINISHED, MAX_BATCH, PruneRule, read_retention
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = (
         "Delete succeeded, cancelled and dead jobs older than ARCATURE['RETENTION'] (or "
         "--older-than). Pending and running jobs are never touched."
@@ -69,7 +69,7 @@ class Command(BaseCommand):
                     "nothing to prune: ARCATURE['RETENTION'] sets no age for these statuses; "
                     "pass --older-than"
                 )
-        using = job_database(options["database"])
+        using = self.migrated_database(options)
         total = 0
         if options["dry_run"]:
             for rule in rules:

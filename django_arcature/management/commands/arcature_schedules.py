@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from django_arcature import registry
-from django_arcature.conf import job_database
 from django_arcature.db.clock import database_now
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.options import whole_number
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = "List every schedule (code and admin) with its next fire times, on the database clock."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -38,7 +38,7 @@ class Command(BaseCommand):
         from django_arcature.schedules.periodic import declared
         from django_arcature.schedules.sync import sync_code_schedules
 
-        using = job_database(options["database"])
+        using = self.migrated_database(options)
         registry.autodiscover()
         if options["sync"]:
             created, updated = sync_code_schedules(using)
