@@ -215,3 +215,42 @@ def test_forgetting_to_migrate_the_jobs_database_names_the_command_that_does_it(
         assert stopped.returncode == 1
         assert "does not exist in database 'jobs'" in stopped.stderr
         assert "run `python manage.py migrate --database jobs` first" in stopped.stderr
+
+
+def test_admin_counts_on_a_jobs_database_of_another_vendor(
+    urls: dict[str, str], tmp_path: Path
+) -> None:
+    """The app on SQLite, the jobs on the server under test: the admin's bounded
+    counts compiled their SQL for ``default`` (double-quoted names) and sent it to
+    the jobs database, which MariaDB refused as a syntax error."""
+    mixed = {**urls, "ARCATURE_APP_DB_URL": f"sqlite:///{tmp_path}/app-mixed.sqlite3"}
+    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
+        done = manage(mixed, *args)
+        assert done.returncode == 0, done.stderr
+    counted = shell(
+        mixed,
+        "from django_arcature.models import Job; "
+        "from django_arcature.db.counts import bounded_count, planner_estimate; "
+        "Job.objects.enqueue('tests.add', args=[2, 3]); "
+        "planner_estimate(Job.objects.all()); "
+        "print(bounded_count(Job.objects.filter(status='pending'), 10))",
+    )
+    assert counted == "(1, False)"
+
+
+def test_the_metrics_view_reads_the_jobs_database(urls: dict[str, str]) -> None:
+    """``path("metrics", metrics)`` as docs/observability.md wires it: the queue
+    gauges come from ``ARCATURE["DATABASE"]``, not from ``default``."""
+    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
+        done = manage(urls, *args)
+        assert done.returncode == 0, done.stderr
+    line = shell(
+        urls,
+        "from django_arcature.models import Job; "
+        "from django.test import RequestFactory; "
+        "from django_arcature.contrib.prometheus.views import metrics; "
+        "Job.objects.enqueue('tests.add', args=[2, 3], queue='mail'); "
+        "body = metrics(RequestFactory().get('/metrics')).content.decode(); "
+        "print([l for l in body.splitlines() if l.startswith('arcature_queue_ready_jobs{')])",
+    )
+    assert 'arcature_queue_ready_jobs{queue="mail"} 1.0' in line, line
