@@ -24,7 +24,8 @@ def _sql(queryset: QuerySet[Any]) -> tuple[str, Any]:
     ``Query.sql_with_params()`` compiles for ``default``: with the job table on a
     jobs database of another vendor, MariaDB got SQLite's or PostgreSQL's quoting.
     """
-    return queryset.query.get_compiler(using=queryset.db).as_sql()
+    sql, params = queryset.query.get_compiler(using=queryset.db).as_sql()
+    return str(sql), params
 
 
 def planner_estimate(queryset: QuerySet[Any]) -> int | None:
