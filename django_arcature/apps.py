@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from django.conf import settings
 from django.apps import AppConfig
+from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 
