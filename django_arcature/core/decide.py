@@ -58,9 +58,21 @@ class Malformed:
 
 @dataclass(frozen=True)
 class Unknown:
-    """No handler is registered under the job's task name on this worker."""
+    """No handler is registered under the job's task name on this worker.
+
+    ``reason`` says why, when more is known than "nothing by that name" (a
+    django.tasks row whose module the worker refuses to import, say); it stays
+    out of the quoted name so the message reads as a sentence.
+    """
 
     task_name: str
+    reason: str = ""
+
+    @property
+    def message(self) -> str:
+        if self.reason:
+            return f"not running {self.task_name!r}: {self.reason}"
+        return f"no job handler is registered under {self.task_name!r}"
 
 
 @dataclass(frozen=True)
@@ -142,8 +154,8 @@ def decide(
             return dispatch
         case Malformed(reason=reason):
             return Dead(ErrorKind.MALFORMED, f"payload does not fit the handler: {reason}")
-        case Unknown(task_name=name):
-            return Dead(ErrorKind.UNKNOWN, f"no job handler is registered under {name!r}")
+        case Unknown():
+            return Dead(ErrorKind.UNKNOWN, dispatch.message)
         case Panic(message=message, traceback=tb):
             return Dead(ErrorKind.PANIC, message, tb)
         case Timeout(seconds=seconds):

@@ -584,10 +584,10 @@ def attempt_error(outcome: DispatchOutcome) -> dict[str, str] | None:
             }
         case Malformed(reason=reason):
             return {"exception_class_path": qualified_name(MalformedPayload), "traceback": reason}
-        case Unknown(task_name=name):
+        case Unknown():
             return {
                 "exception_class_path": qualified_name(UnknownTask),
-                "traceback": f"no job handler is registered under {name!r}",
+                "traceback": outcome.message,
             }
         case Timeout(seconds=seconds):
             return {

@@ -72,6 +72,14 @@ for state in ALL_STATES:
             Dead(ErrorKind.UNKNOWN, "no job handler is registered under 'app.gone'"),
         ),
         (
+            Unknown("app.views.f", reason="module 'app.views' is not a tasks module"),
+            state,
+            Dead(
+                ErrorKind.UNKNOWN,
+                "not running 'app.views.f': module 'app.views' is not a tasks module",
+            ),
+        ),
+        (
             Panic("SystemExit: 3", traceback="tb-panic"),
             state,
             Dead(ErrorKind.PANIC, "SystemExit: 3", "tb-panic"),
