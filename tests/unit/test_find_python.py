@@ -68,7 +68,9 @@ def test_a_pyenv_version_is_found_without_pyenv_on_path(bare_path: Path, tmp_pat
 
 def test_pyenv_root_wins_over_home(bare_path: Path, tmp_path: Path) -> None:
     _fake_python(tmp_path / "home/.pyenv/versions/3.12.1/bin/python", "3.12.1", new_enough=True)
-    chosen = _fake_python(tmp_path / "elsewhere/versions/3.12.9/bin/python", "3.12.9", new_enough=True)
+    chosen = _fake_python(
+        tmp_path / "elsewhere/versions/3.12.9/bin/python", "3.12.9", new_enough=True
+    )
     result = _run(bare_path, HOME=str(tmp_path / "home"), PYENV_ROOT=str(tmp_path / "elsewhere"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(chosen)
