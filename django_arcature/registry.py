@@ -490,5 +490,27 @@ def prepare_enqueue(
     try:
         spec.validate(args, kwargs)
     except MalformedPayload as exc:
-        raise MalformedPayload(f"cannot enqueue {spec.name}: {exc}") from None
+        hint = _option_passed_as_argument(exc, kwargs)
+        raise MalformedPayload(f"cannot enqueue {spec.name}: {exc}{hint}") from None
     return spec.plan
+
+
+#: The options of one enqueue (``.using(...)``, the manager's keywords).
+_ENQUEUE_OPTIONS = ("queue", "priority", "delay", "run_at", "max_attempts", "unique_key")
+
+
+def _option_passed_as_argument(exc: MalformedPayload, kwargs: Mapping[str, Any]) -> str:
+    """A hint when an enqueue option was passed as the job's own argument.
+
+    ``send_welcome.enqueue(7, delay=60)`` (the Celery habit, or the manager's
+    form carried over) reaches the handler's signature as an argument called
+    ``delay``; the refusal alone does not say where the option belongs.
+    """
+    for key in kwargs:
+        if key in _ENQUEUE_OPTIONS and f"unexpected keyword argument {key!r}" in str(exc):
+            return (
+                f". {key!r} is an option of the enqueue, not an argument of the job: "
+                f"pass it as .using({key}=...).enqueue(...), or "
+                f"Job.objects.enqueue(..., {key}=...)"
+            )
+    return ""
