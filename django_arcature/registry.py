@@ -262,11 +262,14 @@ class JobHandle[**P, R]:
             unique_key=options.unique_key,
         )
 
-    def enqueue_many(self, arguments: Iterable[Any]) -> list[Job]:
+    def enqueue_many(self, arguments: Iterable[Any], *, batch_size: int = 1000) -> list[Job]:
         """Insert one job per item (positional args, a kwargs dict or an (args, kwargs) pair).
 
         Every item is validated before anything is written. For a ``unique``
         job, an item whose key is already held returns the holder instead.
+        ``batch_size`` is the rows per INSERT on MySQL/MariaDB (lower it for
+        payloads near ``max_allowed_packet``); the job's arguments travel inside
+        ``arguments``, so this keyword cannot collide with them.
         """
         options = self.options
         if options.unique_key is not None:
@@ -282,6 +285,7 @@ class JobHandle[**P, R]:
             delay=options.delay,
             run_at=options.run_at,
             max_attempts=options.max_attempts,
+            batch_size=batch_size,
         )
 
 
