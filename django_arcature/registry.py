@@ -461,6 +461,11 @@ def unknown_task_message(name: str) -> str:
     hint = f" Did you mean {' or '.join(repr(n) for n in nearest)}?" if nearest else ""
     if names:
         where = f" ({len(names)} job(s) are registered.)"
+        if not nearest:
+            where += (
+                " Handlers are found in the jobs.py modules of INSTALLED_APPS: is the app "
+                "that defines it installed in this process's settings?"
+            )
     else:
         where = (
             " No jobs are registered at all: define them with @job in a jobs.py module "

@@ -58,9 +58,14 @@ class Malformed:
 
 @dataclass(frozen=True)
 class Unknown:
-    """No handler is registered under the job's task name on this worker."""
+    """No handler is registered under the job's task name on this worker.
+
+    ``detail`` is the registry's explanation (the nearest names, where handlers
+    are found), stored as the dead job's message so it says what to change.
+    """
 
     task_name: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,8 +147,8 @@ def decide(
             return dispatch
         case Malformed(reason=reason):
             return Dead(ErrorKind.MALFORMED, f"payload does not fit the handler: {reason}")
-        case Unknown(task_name=name):
-            return Dead(ErrorKind.UNKNOWN, f"no job handler is registered under {name!r}")
+        case Unknown(task_name=name, detail=detail):
+            return Dead(ErrorKind.UNKNOWN, detail or f"no job handler is registered under {name!r}")
         case Panic(message=message, traceback=tb):
             return Dead(ErrorKind.PANIC, message, tb)
         case Timeout(seconds=seconds):

@@ -115,8 +115,8 @@ def _resolve(claimed: ClaimedJob) -> _Resolved | DispatchOutcome:
         return Malformed(claimed.undecodable)
     try:
         spec = registry.get(claimed.task_name)
-    except UnknownTask:
-        return Unknown(claimed.task_name)
+    except UnknownTask as exc:
+        return Unknown(claimed.task_name, str(exc))
     try:
         args, kwargs = split_payload(claimed.payload)
         spec.validate(args, kwargs)
@@ -584,10 +584,10 @@ def attempt_error(outcome: DispatchOutcome) -> dict[str, str] | None:
             }
         case Malformed(reason=reason):
             return {"exception_class_path": qualified_name(MalformedPayload), "traceback": reason}
-        case Unknown(task_name=name):
+        case Unknown(task_name=name, detail=detail):
             return {
                 "exception_class_path": qualified_name(UnknownTask),
-                "traceback": f"no job handler is registered under {name!r}",
+                "traceback": detail or f"no job handler is registered under {name!r}",
             }
         case Timeout(seconds=seconds):
             return {

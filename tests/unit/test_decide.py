@@ -72,6 +72,11 @@ for state in ALL_STATES:
             Dead(ErrorKind.UNKNOWN, "no job handler is registered under 'app.gone'"),
         ),
         (
+            Unknown("app.gone", "No job handler is registered under 'app.gone'. Did you mean?"),
+            state,
+            Dead(ErrorKind.UNKNOWN, "No job handler is registered under 'app.gone'. Did you mean?"),
+        ),
+        (
             Panic("SystemExit: 3", traceback="tb-panic"),
             state,
             Dead(ErrorKind.PANIC, "SystemExit: 3", "tb-panic"),
