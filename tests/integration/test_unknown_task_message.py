@@ -10,8 +10,6 @@ dispatch and fenced write (``run_job``) on every database.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from django_arcature import job, registry
@@ -22,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def orphan() -> Iterator[Job]:
+def orphan() -> Job:
     """A pending job whose handler was registered when it was enqueued, and is gone now."""
 
     @job(name="outside.installed.orphaned_xqzv")
@@ -31,7 +29,7 @@ def orphan() -> Iterator[Job]:
 
     enqueued = orphaned_xqzv.enqueue("Ada")
     registry.unregister("outside.installed.orphaned_xqzv")
-    yield enqueued
+    return enqueued
 
 
 def test_an_unknown_handler_names_installed_apps(orphan: Job) -> None:
