@@ -60,12 +60,24 @@ class Malformed:
 class Unknown:
     """No handler is registered under the job's task name on this worker.
 
-    ``detail`` is the registry's explanation (the nearest names, where handlers
-    are found), stored as the dead job's message so it says what to change.
+    ``reason`` says why, when more is known than "nothing by that name" (a
+    django.tasks row whose module the worker refuses to import, say); it stays
+    out of the quoted name so the message reads as a sentence. ``detail`` is the
+    registry's own sentence for a name it does not have (the nearest names, or
+    where handlers are found), used as the message whole so it says what to change.
     """
 
     task_name: str
+    reason: str = ""
     detail: str = ""
+
+    @property
+    def message(self) -> str:
+        if self.reason:
+            return f"not running {self.task_name!r}: {self.reason}"
+        if self.detail:
+            return self.detail
+        return f"no job handler is registered under {self.task_name!r}"
 
 
 @dataclass(frozen=True)
@@ -147,8 +159,8 @@ def decide(
             return dispatch
         case Malformed(reason=reason):
             return Dead(ErrorKind.MALFORMED, f"payload does not fit the handler: {reason}")
-        case Unknown(task_name=name, detail=detail):
-            return Dead(ErrorKind.UNKNOWN, detail or f"no job handler is registered under {name!r}")
+        case Unknown():
+            return Dead(ErrorKind.UNKNOWN, dispatch.message)
         case Panic(message=message, traceback=tb):
             return Dead(ErrorKind.PANIC, message, tb)
         case Timeout(seconds=seconds):

@@ -10,9 +10,12 @@ instead of version checks scattered through the code.
 from __future__ import annotations
 
 import inspect
+import re
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 __all__ = [
+    "BACKPORT_MINIMUM",
     "FRAMEWORK",
     "TASK_DECORATOR_TAKES_EXTRA_FIELDS",
     "BaseTaskBackend",
@@ -25,6 +28,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TaskResultMismatch",
     "TaskResultStatus",
+    "backport_too_old",
     "normalize_json",
     "task",
     "task_backends",
@@ -32,6 +36,37 @@ __all__ = [
     "task_finished",
     "task_started",
 ]
+
+#: The oldest django-tasks backport (Django 5.2) this package works with: 0.11 and
+#: older name the statuses differently (``SUCCEEDED``, not ``SUCCESSFUL``).
+BACKPORT_MINIMUM = (0, 12)
+
+
+def backport_too_old(found: str) -> str | None:
+    """Why django-tasks ``found`` cannot serve, or None when it can.
+
+    Checked before importing the backport, so that an old one stops with the
+    version to install instead of an AttributeError from inside the backend.
+    """
+    numbers = tuple(int(part) for part in re.findall(r"\d+", found)[:2])
+    if numbers >= BACKPORT_MINIMUM:
+        return None
+    floor = ".".join(map(str, BACKPORT_MINIMUM))
+    return (
+        f"django-arcature needs django-tasks {floor} or later on Django 5.2 (found {found}): "
+        f'pip install --upgrade "django-tasks>={floor}"'
+    )
+
+
+def _require_supported_backport() -> None:
+    try:
+        found = version("django-tasks")
+    except PackageNotFoundError:
+        return  # the import that follows says the backport is missing
+    problem = backport_too_old(found)
+    if problem is not None:
+        raise ImportError(problem)
+
 
 if TYPE_CHECKING:  # the type checker sees Django's own spelling (django-stubs)
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task, task_backends
@@ -70,6 +105,7 @@ else:
 
         FRAMEWORK = "django.tasks"
     except ImportError:  # Django 5.2: the backport
+        _require_supported_backport()
         from django_tasks import (
             TaskContext,
             TaskResult,

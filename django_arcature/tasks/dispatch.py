@@ -98,7 +98,7 @@ def _dispatch(
             found,
             extra=claimed.log_extra(),
         )
-        return Unknown(f"{claimed.task_name} ({found})")
+        return Unknown(claimed.task_name, reason=found)
     task, backend = found.task, found.backend
     try:
         backend.check_arguments(task, args, kwargs)

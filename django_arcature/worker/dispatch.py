@@ -116,7 +116,7 @@ def _resolve(claimed: ClaimedJob) -> _Resolved | DispatchOutcome:
     try:
         spec = registry.get(claimed.task_name)
     except UnknownTask as exc:
-        return Unknown(claimed.task_name, str(exc))
+        return Unknown(claimed.task_name, detail=str(exc))
     try:
         args, kwargs = split_payload(claimed.payload)
         spec.validate(args, kwargs)
@@ -584,10 +584,10 @@ def attempt_error(outcome: DispatchOutcome) -> dict[str, str] | None:
             }
         case Malformed(reason=reason):
             return {"exception_class_path": qualified_name(MalformedPayload), "traceback": reason}
-        case Unknown(task_name=name, detail=detail):
+        case Unknown():
             return {
                 "exception_class_path": qualified_name(UnknownTask),
-                "traceback": detail or f"no job handler is registered under {name!r}",
+                "traceback": outcome.message,
             }
         case Timeout(seconds=seconds):
             return {

@@ -407,6 +407,10 @@ def test_a_row_outside_installed_apps_is_not_even_imported() -> None:
     drain()
     row.refresh_from_db()
     assert (row.status, row.error_kind) == ("dead", "unknown")
+    # The reason reads as a sentence about the task, not as part of a quoted name.
+    assert row.last_error.startswith(
+        "not running 'os.system': module 'os' is not an installed app's tasks module"
+    ), row.last_error
 
 
 def test_a_row_for_a_backend_that_is_not_ours_is_refused() -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,3 +72,23 @@ def test_manage_py_check_runs_the_backend_check() -> None:
         call_command("check")
     assert "arcature.E102" in str(failure.value)
     assert "unknown keys ['X']" in str(failure.value)
+
+
+def test_a_fresh_manage_py_check_process_runs_the_backend_check() -> None:
+    # In a new project nothing imports django.tasks before `manage.py check`, and
+    # Django registers its task-backend checks only when django.tasks is imported:
+    # the app must make sure it is, or a wrong OPTIONS passes the check unnoticed.
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONWARNINGS"] = "error"
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "tests.integration.check_bad_tasks_settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "arcature.E102" in done.stderr
+    assert "['max_attempts'] must be a whole number, at least 1" in done.stderr

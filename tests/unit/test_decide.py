@@ -72,7 +72,17 @@ for state in ALL_STATES:
             Dead(ErrorKind.UNKNOWN, "no job handler is registered under 'app.gone'"),
         ),
         (
-            Unknown("app.gone", "No job handler is registered under 'app.gone'. Did you mean?"),
+            Unknown("app.views.f", reason="module 'app.views' is not a tasks module"),
+            state,
+            Dead(
+                ErrorKind.UNKNOWN,
+                "not running 'app.views.f': module 'app.views' is not a tasks module",
+            ),
+        ),
+        (
+            Unknown(
+                "app.gone", detail="No job handler is registered under 'app.gone'. Did you mean?"
+            ),
             state,
             Dead(ErrorKind.UNKNOWN, "No job handler is registered under 'app.gone'. Did you mean?"),
         ),
