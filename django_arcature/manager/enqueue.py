@@ -6,7 +6,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from django_arcature import signals
@@ -29,7 +29,7 @@ from django_arcature.hints import hint_directory, send_hints
 from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
-from .missing_table import migrate_hint
+from .missing_table import add_migrate_hint, migrate_hint
 from .row_insert import RowStatements, insert_row
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class EnqueueWrites(JobWriter):
             backend=backend,
         )
         using = self.db
-        with migrate_hint(self.model._meta.db_table, using):
+        try:  # a try costs nothing until it catches, unlike a context manager per enqueue
             if row.unique_key is None:
                 _retry_on_lock_conflict(using, lambda: insert_row(row, using, statements))
                 job, created = row, True
@@ -97,6 +97,9 @@ class EnqueueWrites(JobWriter):
                 job, created = _retry_on_lock_conflict(
                     using, lambda: self._insert_unique(row, statements)
                 )
+        except DatabaseError as exc:
+            add_migrate_hint(exc, self.model._meta.db_table, using)
+            raise
         if not created:
             return job
         self._announce_enqueued([job], using)

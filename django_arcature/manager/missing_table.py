@@ -26,15 +26,20 @@ def _names_missing_table(error: DatabaseError, table: str) -> bool:
     return table in text and any(words in text for words in _MISSING_TABLE_WORDING)
 
 
+def add_migrate_hint(error: DatabaseError, table: str, using: str) -> None:
+    """Add the remedy to ``error`` when it says that ``table`` does not exist."""
+    if _names_missing_table(error, table):
+        error.add_note(
+            f"django-arcature: the job table {table!r} does not exist in database "
+            f"{using!r}: run `python manage.py migrate` first."
+        )
+
+
 @contextmanager
 def migrate_hint(table: str, using: str) -> Iterator[None]:
-    """Add the remedy to a database error that says ``table`` does not exist."""
+    """:func:`add_migrate_hint` around a block (the bulk enqueues)."""
     try:
         yield
     except DatabaseError as exc:
-        if _names_missing_table(exc, table):
-            exc.add_note(
-                f"django-arcature: the job table {table!r} does not exist in database "
-                f"{using!r}: run `python manage.py migrate` first."
-            )
+        add_migrate_hint(exc, table, using)
         raise
