@@ -262,11 +262,14 @@ class JobHandle[**P, R]:
             unique_key=options.unique_key,
         )
 
-    def enqueue_many(self, arguments: Iterable[Any]) -> list[Job]:
+    def enqueue_many(self, arguments: Iterable[Any], *, batch_size: int = 1000) -> list[Job]:
         """Insert one job per item (positional args, a kwargs dict or an (args, kwargs) pair).
 
         Every item is validated before anything is written. For a ``unique``
         job, an item whose key is already held returns the holder instead.
+        ``batch_size`` is the rows per INSERT on MySQL/MariaDB (lower it for
+        payloads near ``max_allowed_packet``); the job's arguments travel inside
+        ``arguments``, so this keyword cannot collide with them.
         """
         options = self.options
         if options.unique_key is not None:
@@ -282,6 +285,7 @@ class JobHandle[**P, R]:
             delay=options.delay,
             run_at=options.run_at,
             max_attempts=options.max_attempts,
+            batch_size=batch_size,
         )
 
 
@@ -457,6 +461,11 @@ def unknown_task_message(name: str) -> str:
     hint = f" Did you mean {' or '.join(repr(n) for n in nearest)}?" if nearest else ""
     if names:
         where = f" ({len(names)} job(s) are registered.)"
+        if not nearest:
+            where += (
+                " Handlers are found in the jobs.py modules of INSTALLED_APPS: is the app "
+                "that defines it installed in this process's settings?"
+            )
     else:
         where = (
             " No jobs are registered at all: define them with @job in a jobs.py module "
@@ -490,5 +499,27 @@ def prepare_enqueue(
     try:
         spec.validate(args, kwargs)
     except MalformedPayload as exc:
-        raise MalformedPayload(f"cannot enqueue {spec.name}: {exc}") from None
+        hint = _option_passed_as_argument(exc, kwargs)
+        raise MalformedPayload(f"cannot enqueue {spec.name}: {exc}{hint}") from None
     return spec.plan
+
+
+#: The options of one enqueue (``.using(...)``, the manager's keywords).
+_ENQUEUE_OPTIONS = ("queue", "priority", "delay", "run_at", "max_attempts", "unique_key")
+
+
+def _option_passed_as_argument(exc: MalformedPayload, kwargs: Mapping[str, Any]) -> str:
+    """A hint when an enqueue option was passed as the job's own argument.
+
+    ``send_welcome.enqueue(7, delay=60)`` (the Celery habit, or the manager's
+    form carried over) reaches the handler's signature as an argument called
+    ``delay``; the refusal alone does not say where the option belongs.
+    """
+    for key in kwargs:
+        if key in _ENQUEUE_OPTIONS and f"unexpected keyword argument {key!r}" in str(exc):
+            return (
+                f". {key!r} is an option of the enqueue, not an argument of the job: "
+                f"pass it as .using({key}=...).enqueue(...), or "
+                f"Job.objects.enqueue(..., {key}=...)"
+            )
+    return ""

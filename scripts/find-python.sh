@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Print the path of a Python >= 3.12 (newest first), or explain what is missing.
 # Looks on PATH, then in pyenv's versions (whose shims say "command not found"
-# until a version is selected), then at plain python3.
+# until a version is selected), then at plain python3. pyenv's versions are found
+# even when pyenv is not on PATH (a shell without `pyenv init`, cron, an IDE):
+# in $PYENV_ROOT, else ~/.pyenv.
 set -u
 want_minor=${1:-12}
 
@@ -12,11 +14,13 @@ for name in python3.14 python3.13 python3.12; do
   path=$(command -v "$name" 2>/dev/null) && candidates+=("$path")
 done
 if command -v pyenv >/dev/null 2>&1; then
-  root=$(pyenv root)
-  for dir in $(ls -d "$root"/versions/3.1[2-9]* 2>/dev/null | sort -rV); do
-    candidates+=("$dir/bin/python")
-  done
+  pyenv_root=$(pyenv root)
+else
+  pyenv_root=${PYENV_ROOT:-${HOME:-/nonexistent}/.pyenv}
 fi
+for dir in $(ls -d "$pyenv_root"/versions/3.1[2-9]* 2>/dev/null | sort -rV); do
+  candidates+=("$dir/bin/python")
+done
 for name in python3 python; do
   path=$(command -v "$name" 2>/dev/null) && candidates+=("$path")
 done
@@ -27,6 +31,14 @@ for candidate in "${candidates[@]}"; do
     exit 0
   fi
 done
-echo "error: no Python 3.$want_minor or newer found (looked for python3.13, python3.12, pyenv versions, python3)." >&2
-echo "Install one, e.g. 'apt-get install python3.12 python3.12-venv', 'pyenv install 3.12', or from python.org." >&2
+{
+  echo "error: no Python 3.$want_minor or newer found (looked on PATH for python3.14, python3.13," \
+    "python3.12, python3 and python, and in $pyenv_root/versions)."
+  for name in python3 python; do
+    path=$(command -v "$name" 2>/dev/null) || continue
+    echo "  $path is $("$path" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo 'not runnable')"
+  done
+  echo "Install one, e.g. 'apt-get install python3.12 python3.12-venv', 'pyenv install 3.12', or from python.org;"
+  echo "or name one that is not on PATH: make demo PYTHON_FOR_VENV=/path/to/python3.12"
+} >&2
 exit 1

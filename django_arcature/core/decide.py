@@ -62,16 +62,21 @@ class Unknown:
 
     ``reason`` says why, when more is known than "nothing by that name" (a
     django.tasks row whose module the worker refuses to import, say); it stays
-    out of the quoted name so the message reads as a sentence.
+    out of the quoted name so the message reads as a sentence. ``detail`` is the
+    registry's own sentence for a name it does not have (the nearest names, or
+    where handlers are found), used as the message whole so it says what to change.
     """
 
     task_name: str
     reason: str = ""
+    detail: str = ""
 
     @property
     def message(self) -> str:
         if self.reason:
             return f"not running {self.task_name!r}: {self.reason}"
+        if self.detail:
+            return self.detail
         return f"no job handler is registered under {self.task_name!r}"
 
 

@@ -8,6 +8,7 @@ by hand, may not fit any more): there a failure is ``Malformed``, never retried.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import inspect
 import json
@@ -430,6 +431,29 @@ def _describe(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def _unexpected_keyword(signature: inspect.Signature, kwargs: Mapping[str, Any]) -> str | None:
+    """Name a keyword the handler does not take, with the nearest parameter, if any.
+
+    ``Signature.bind`` reports a missing argument before an unknown keyword, so
+    ``greet(nom="Ada")`` would be refused for the missing ``name`` and the typo
+    that caused it would go unmentioned.
+    """
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    by_keyword = [
+        p.name
+        for p in params.values()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    for key in kwargs:
+        if key not in by_keyword:
+            near = difflib.get_close_matches(str(key), by_keyword, n=1, cutoff=0.5)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            return f"got an unexpected keyword argument {key!r}{hint}"
+    return None
+
+
 def check_arguments(
     func: Callable[..., Any],
     signature: inspect.Signature,
@@ -462,7 +486,8 @@ def check_arguments(
             ],
             return_annotation=inspect.Signature.empty,
         )
-        raise MalformedPayload(f"the arguments do not fit {name}{shown}: {exc}") from None
+        reason = _unexpected_keyword(bind_to, kwargs) or str(exc)
+        raise MalformedPayload(f"the arguments do not fit {name}{shown}: {reason}") from None
     for param_name, value in bound.arguments.items():
         param = bind_to.parameters[param_name]
         annotation = hints.get(param_name, inspect.Parameter.empty)

@@ -106,7 +106,13 @@ class PostgreSQLDriver(Driver):
             if copy:
                 # The driver's own cursor: Django's wrapper has no COPY. Same
                 # connection, so the same transaction as everything else here.
-                with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as stream:
+                # Its errors are turned into Django's (IntegrityError,
+                # ProgrammingError ...) as Django's cursor would, so callers catch
+                # the same exceptions whichever database they run on.
+                with (
+                    connection.wrap_database_errors,
+                    cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as stream,
+                ):
                     for row in prepared:
                         stream.write_row(row)
             else:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from django_arcature import signals
@@ -29,6 +29,7 @@ from django_arcature.hints import hint_directory, send_hints
 from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
+from .missing_table import add_migrate_hint, migrate_hint
 from .row_insert import RowStatements, insert_row
 
 if TYPE_CHECKING:
@@ -88,13 +89,17 @@ class EnqueueWrites(JobWriter):
             backend=backend,
         )
         using = self.db
-        if row.unique_key is None:
-            _retry_on_lock_conflict(using, lambda: insert_row(row, using, statements))
-            job, created = row, True
-        else:
-            job, created = _retry_on_lock_conflict(
-                using, lambda: self._insert_unique(row, statements)
-            )
+        try:  # a try costs nothing until it catches, unlike a context manager per enqueue
+            if row.unique_key is None:
+                _retry_on_lock_conflict(using, lambda: insert_row(row, using, statements))
+                job, created = row, True
+            else:
+                job, created = _retry_on_lock_conflict(
+                    using, lambda: self._insert_unique(row, statements)
+                )
+        except DatabaseError as exc:
+            add_migrate_hint(exc, self.model._meta.db_table, using)
+            raise
         if not created:
             return job
         self._announce_enqueued([job], using)
@@ -140,7 +145,8 @@ class EnqueueWrites(JobWriter):
             backend="",
         )
         if any(row.unique_key is not None for row in rows):
-            return self._enqueue_many_unique(rows)
+            with migrate_hint(self.model._meta.db_table, self.db):
+                return self._enqueue_many_unique(rows)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
         using = self.db
@@ -149,7 +155,8 @@ class EnqueueWrites(JobWriter):
             with transaction.atomic(using=using):
                 driver_for(using).insert_rows(self.model, rows, varying, batch_size)
 
-        _retry_on_lock_conflict(using, insert)
+        with migrate_hint(self.model._meta.db_table, using):
+            _retry_on_lock_conflict(using, insert)
         for row in rows:  # as bulk_create leaves them: saved, and on this database
             row._state.adding = False
             row._state.db = using

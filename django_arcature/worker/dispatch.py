@@ -115,8 +115,8 @@ def _resolve(claimed: ClaimedJob) -> _Resolved | DispatchOutcome:
         return Malformed(claimed.undecodable)
     try:
         spec = registry.get(claimed.task_name)
-    except UnknownTask:
-        return Unknown(claimed.task_name)
+    except UnknownTask as exc:
+        return Unknown(claimed.task_name, detail=str(exc))
     try:
         args, kwargs = split_payload(claimed.payload)
         spec.validate(args, kwargs)

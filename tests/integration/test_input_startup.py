@@ -248,3 +248,28 @@ def test_a_wrong_password_stops_the_worker_with_what_to_change() -> None:
 
     assert_one_line_naming_databases(worker)
     assert "refused the connection" in worker.stderr
+
+
+# Enqueueing before ``migrate`` (found trying the tutorial as a new user): the
+# database's own error ("no such table: django_arcature_job", "relation ... does not
+# exist", "Table ... doesn't exist") did not say what to do. The error is kept, with
+# its type, so code that catches DatabaseError still does; a note names the remedy.
+_ENQUEUE_ONE = "from tests.testapp.jobs import add; add.enqueue(1, 2)"
+_ENQUEUE_MANY = "from tests.testapp.jobs import add; add.enqueue_many([(1, 2), (3, 4)])"
+
+
+@pytest.mark.parametrize("code", [_ENQUEUE_ONE, _ENQUEUE_MANY], ids=["enqueue", "enqueue_many"])
+def test_enqueue_before_migrate_says_to_run_migrate(empty_database: str, code: str) -> None:
+    finished = run(empty_database, "shell", "-c", code)
+
+    assert finished.returncode != 0, finished.stdout
+    lines = finished.stderr.strip().splitlines()
+    # The driver's error as Django raises it (PostgreSQL adds the statement's lines) ...
+    errors = [line for line in lines if line.startswith("django.db.utils.")]
+    assert len(errors) == 1, finished.stderr
+    assert "django_arcature_job" in errors[0], finished.stderr
+    # ... and, last, the note saying what to do.
+    assert lines[-1] == (
+        "django-arcature: the job table 'django_arcature_job' does not exist in database "
+        "'default': run `python manage.py migrate` first."
+    ), finished.stderr

@@ -80,6 +80,13 @@ for state in ALL_STATES:
             ),
         ),
         (
+            Unknown(
+                "app.gone", detail="No job handler is registered under 'app.gone'. Did you mean?"
+            ),
+            state,
+            Dead(ErrorKind.UNKNOWN, "No job handler is registered under 'app.gone'. Did you mean?"),
+        ),
+        (
             Panic("SystemExit: 3", traceback="tb-panic"),
             state,
             Dead(ErrorKind.PANIC, "SystemExit: 3", "tb-panic"),

@@ -68,7 +68,11 @@ def test_sync_handler_result_is_returned(register: Callable[..., str]) -> None:
 
 
 def test_unknown_task() -> None:
-    assert run_handler(claimed("no.such.task"), timeout=None) == Unknown("no.such.task")
+    outcome = run_handler(claimed("no.such.task"), timeout=None)
+    assert isinstance(outcome, Unknown)
+    assert outcome.task_name == "no.such.task"
+    # The registry's explanation travels with it, to become the dead job's message.
+    assert outcome.detail.startswith("No job handler is registered under 'no.such.task'.")
 
 
 def test_payload_that_does_not_bind_is_malformed(register: Callable[..., str]) -> None:

@@ -171,6 +171,35 @@ def test_the_signature_in_the_message_shows_resolved_annotations() -> None:
     )
 
 
+def greet(name: str, *, loud: bool = False) -> str:
+    return name
+
+
+def test_a_misspelled_keyword_is_named_instead_of_the_missing_one() -> None:
+    # bind() reports the missing 'name' first, which hides the typo the caller made.
+    with pytest.raises(MalformedPayload) as info:
+        _check(greet, nom="Ada")
+    assert str(info.value) == (
+        "the arguments do not fit greet(name: str, *, loud: bool = False): "
+        "got an unexpected keyword argument 'nom' (did you mean 'name'?)"
+    )
+
+
+def test_an_unknown_keyword_with_no_near_name_is_named_alone() -> None:
+    with pytest.raises(MalformedPayload) as info:
+        _check(greet, "Ada", priority=5)
+    assert str(info.value).endswith("got an unexpected keyword argument 'priority'")
+
+
+def test_a_handler_taking_any_keyword_still_reports_what_is_missing() -> None:
+    def anything(name: str, **extra: object) -> None:
+        return None
+
+    with pytest.raises(MalformedPayload) as info:
+        _check(anything, nom="Ada")
+    assert str(info.value).endswith("missing a required argument: 'name'")
+
+
 # --- split_payload ------------------------------------------------------------------------
 
 

@@ -156,6 +156,30 @@ def test_prepare_enqueue_prefixes_the_job_name_to_validation_errors() -> None:
         registry.prepare_enqueue(api_jobs.add, [{1}], {})
 
 
+@pytest.mark.parametrize("option", ["delay", "queue", "priority", "run_at"])
+def test_an_enqueue_option_passed_as_an_argument_says_where_it_belongs(option: str) -> None:
+    # add.enqueue(1, delay=60): the Celery habit; the job has no parameter of that name.
+    with pytest.raises(MalformedPayload) as info:
+        registry.prepare_enqueue(api_jobs.add, [1], {option: 60})
+    assert str(info.value) == (
+        "cannot enqueue api.add: the arguments do not fit add(a: int, b: int = 0): "
+        f"got an unexpected keyword argument {option!r}. {option!r} is an option of the "
+        f"enqueue, not an argument of the job: pass it as .using({option}=...).enqueue(...), "
+        f"or Job.objects.enqueue(..., {option}=...)"
+    )
+
+
+def test_a_job_whose_own_parameter_is_called_delay_gets_no_hint(scratch: list[str]) -> None:
+    @job(name="scratch.wait")
+    def wait(delay: int) -> None:
+        return None
+
+    scratch.append("scratch.wait")
+    with pytest.raises(MalformedPayload) as info:
+        registry.prepare_enqueue(wait, [], {"delay": "soon"})
+    assert "option of the enqueue" not in str(info.value)
+
+
 def test_the_unique_key_is_the_name_and_a_digest_of_the_bound_call() -> None:
     spec = registry.get("api.unique_sync")
     key = spec.unique_key([5], {})

@@ -1,0 +1,102 @@
+"""scripts/find-python.sh, which `make demo` uses to pick the Python for its virtualenv.
+
+README promises that `make demo` finds a pyenv version. A shell where pyenv is installed
+but not initialised (no shims on PATH: cron, an IDE, a login shell without `pyenv init`)
+must still find it, and when nothing fits the error must say what it saw and how to name
+a Python by hand. Each case runs the real script under bash with a PATH holding only the
+tools it needs, so the machine's own Pythons cannot leak in.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "find-python.sh"
+
+
+@pytest.fixture
+def bare_path(tmp_path: Path) -> Path:
+    """A directory with just the commands the script calls (ls, sort), and no Python."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ls", "sort"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    return bin_dir
+
+
+def _fake_python(path: Path, version: str, *, new_enough: bool) -> Path:
+    """A stand-in interpreter: answers the version check, and prints its version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/bin/sh\n"
+        f'case "$2" in *version_info*) exit {0 if new_enough else 1};; esac\n'
+        f"echo {version}\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def _run(bin_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    bash = shutil.which("bash")
+    assert bash
+    return subprocess.run(
+        [bash, str(SCRIPT)],
+        env={"PATH": str(bin_dir), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_a_pyenv_version_is_found_without_pyenv_on_path(bare_path: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    older = _fake_python(home / ".pyenv/versions/3.12.1/bin/python", "3.12.1", new_enough=True)
+    newer = _fake_python(home / ".pyenv/versions/3.13.0/bin/python", "3.13.0", new_enough=True)
+    result = _run(bare_path, HOME=str(home))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(newer)
+    assert older != newer
+
+
+def test_pyenv_root_wins_over_home(bare_path: Path, tmp_path: Path) -> None:
+    _fake_python(tmp_path / "home/.pyenv/versions/3.12.1/bin/python", "3.12.1", new_enough=True)
+    chosen = _fake_python(
+        tmp_path / "elsewhere/versions/3.12.9/bin/python", "3.12.9", new_enough=True
+    )
+    result = _run(bare_path, HOME=str(tmp_path / "home"), PYENV_ROOT=str(tmp_path / "elsewhere"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(chosen)
+
+
+def test_a_real_python_on_path_is_used(bare_path: Path, tmp_path: Path) -> None:
+    (bare_path / "python3.13").symlink_to(sys.executable)
+    result = _run(bare_path, HOME=str(tmp_path / "nowhere"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(bare_path / "python3.13")
+
+
+def test_nothing_new_enough_says_what_it_saw_and_how_to_choose(
+    bare_path: Path, tmp_path: Path
+) -> None:
+    _fake_python(bare_path / "python3", "3.11.2", new_enough=False)
+    _fake_python(tmp_path / "home/.pyenv/versions/3.11.7/bin/python", "3.11.7", new_enough=False)
+    result = _run(bare_path, HOME=str(tmp_path / "home"))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "no Python 3.12 or newer found" in result.stderr
+    assert f"{tmp_path / 'home/.pyenv'}/versions" in result.stderr
+    assert f"{bare_path / 'python3'} is 3.11.2" in result.stderr
+    assert "make demo PYTHON_FOR_VENV=/path/to/python3.12" in result.stderr
+
+
+def test_the_makefile_uses_the_script_and_lets_the_user_override_it() -> None:
+    makefile = (SCRIPT.parents[1] / "Makefile").read_text()
+    assert "PYTHON_FOR_VENV = $(shell scripts/find-python.sh)" in makefile
