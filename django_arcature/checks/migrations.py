@@ -14,6 +14,8 @@ import logging
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
 
+from django_arcature.manager.missing_table import migrate_command
+
 logger = logging.getLogger(__name__)
 
 APP_LABEL = "django_arcature"
@@ -41,19 +43,12 @@ def migration_problem(using: str) -> str | None:
     if table not in tables:
         return (
             f"django-arcature: the job table {table!r} does not exist in database {using!r}: "
-            f"run `{_migrate_command(using)}` first."
+            f"run `{migrate_command(using)}` first."
         )
     if missing:
         return (
             f"django-arcature: database {using!r} has {len(missing)} unapplied "
             f"{APP_LABEL} migration(s) ({', '.join(missing)}): "
-            f"run `{_migrate_command(using)}` first."
+            f"run `{migrate_command(using)}` first."
         )
     return None
-
-
-def _migrate_command(using: str) -> str:
-    """The command that migrates ``using``: plain ``migrate`` only reaches ``default``."""
-    if using == "default":
-        return "python manage.py migrate"
-    return f"python manage.py migrate --database {using}"

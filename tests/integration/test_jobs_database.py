@@ -215,6 +215,14 @@ def test_forgetting_to_migrate_the_jobs_database_names_the_command_that_does_it(
         assert stopped.returncode == 1
         assert "does not exist in database 'jobs'" in stopped.stderr
         assert "run `python manage.py migrate --database jobs` first" in stopped.stderr
+    enqueue = manage(
+        urls,
+        "shell",
+        "-c",
+        "from django_arcature.models import Job; Job.objects.enqueue('tests.add', args=[1, 2])",
+    )
+    assert enqueue.returncode == 1
+    assert "run `python manage.py migrate --database jobs` first" in enqueue.stderr
 
 
 def test_admin_counts_on_a_jobs_database_of_another_vendor(
