@@ -127,6 +127,8 @@ MAX_LEASE_SECONDS = 7 * 24 * 3600
 #: low enough that nothing overflows (a timedelta, a thread's wait, a 32-bit
 #: column) or that one worker cannot flood the database or its own memory.
 MAX_INTERVAL_SECONDS = 3600
+MAX_BATCH_SIZE = 10_000
+MAX_CONCURRENCY = 1024
 MAX_SHUTDOWN_SECONDS = 24 * 3600
 MAX_STORED_TEXT_BYTES = 1024 * 1024
 MAX_RETRY_FACTOR = 1000
@@ -166,8 +168,14 @@ _RULES: dict[str, tuple[Any, str]] = {
         _seconds(0, MAX_INTERVAL_SECONDS, above_low=True),
         f"a number of seconds above 0, up to {MAX_INTERVAL_SECONDS} (e.g. 1.0)",
     ),
-    "BATCH_SIZE": (_whole(1, 10_000), "a whole number from 1 to 10000 (e.g. 50)"),
-    "CONCURRENCY": (_whole(1, 1024), "a whole number of threads from 1 to 1024 (e.g. 4)"),
+    "BATCH_SIZE": (
+        _whole(1, MAX_BATCH_SIZE),
+        f"a whole number from 1 to {MAX_BATCH_SIZE} (e.g. 50)",
+    ),
+    "CONCURRENCY": (
+        _whole(1, MAX_CONCURRENCY),
+        f"a whole number of threads from 1 to {MAX_CONCURRENCY} (e.g. 4)",
+    ),
     "MAX_ATTEMPTS": (
         _whole(1, MAX_ATTEMPTS_MAX),
         f"a whole number from 1 to {MAX_ATTEMPTS_MAX} (e.g. 3)",

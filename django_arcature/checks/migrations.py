@@ -14,6 +14,8 @@ import logging
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
 
+from django_arcature.manager.missing_table import migrate_command
+
 logger = logging.getLogger(__name__)
 
 APP_LABEL = "django_arcature"
@@ -41,12 +43,12 @@ def migration_problem(using: str) -> str | None:
     if table not in tables:
         return (
             f"django-arcature: the job table {table!r} does not exist in database {using!r}: "
-            "run `python manage.py migrate` first."
+            f"run `{migrate_command(using)}` first."
         )
     if missing:
         return (
             f"django-arcature: database {using!r} has {len(missing)} unapplied "
             f"{APP_LABEL} migration(s) ({', '.join(missing)}): "
-            "run `python manage.py migrate` first."
+            f"run `{migrate_command(using)}` first."
         )
     return None

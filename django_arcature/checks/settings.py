@@ -59,7 +59,7 @@ ROUTER = "django_arcature.routers.JobsRouter"
 def check_jobs_database(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """E002: ``ARCATURE["DATABASE"]`` names an alias, but nothing routes the job table there."""
+    """E004: ``ARCATURE["DATABASE"]`` names an alias, but nothing routes the job table there."""
     raw = getattr(settings, "ARCATURE", None)
     alias = raw.get("DATABASE") if isinstance(raw, dict) else None
     if not alias or alias == "default":
@@ -76,7 +76,7 @@ def check_jobs_database(
             "so the job table would still be read and written on 'default'.",
             hint=f"Add {ROUTER!r} to DATABASE_ROUTERS, then run "
             f"`python manage.py migrate --database {alias}`.",
-            id="arcature.E002",
+            id="arcature.E004",
         )
     ]
 

@@ -18,9 +18,19 @@ from django.db.models import IntegerField, QuerySet, Value
 from .base import driver_for
 
 
+def _sql(queryset: QuerySet[Any]) -> tuple[str, Any]:
+    """The SQL of ``queryset`` for its own database.
+
+    ``Query.sql_with_params()`` compiles for ``default``: with the job table on a
+    jobs database of another vendor, MariaDB got SQLite's or PostgreSQL's quoting.
+    """
+    sql, params = queryset.query.get_compiler(using=queryset.db).as_sql()
+    return str(sql), params
+
+
 def planner_estimate(queryset: QuerySet[Any]) -> int | None:
     """The planner's guess at how many rows ``queryset`` returns; None where there is none."""
-    sql, params = queryset.query.sql_with_params()
+    sql, params = _sql(queryset)
     return driver_for(queryset.db).estimate_rows(sql, params)
 
 
@@ -33,7 +43,7 @@ def count_up_to(queryset: QuerySet[Any], stop: int) -> int:
     0.4 ms when the subquery selects a constant and the index alone answers.
     """
     inner = queryset.annotate(_one=Value(1, output_field=IntegerField())).values_list("_one")
-    sql, params = inner[:stop].query.sql_with_params()
+    sql, params = _sql(inner[:stop])
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(f"SELECT COUNT(*) FROM ({sql}) bounded", params)
         row = cursor.fetchone()

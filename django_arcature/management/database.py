@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import CommandParser
 
+from django_arcature.management.options import database_alias
+
 DATABASE_HELP = (
     'The database alias holding the job table. Default: ARCATURE["DATABASE"], else "default".'
 )
@@ -11,4 +13,4 @@ DATABASE_HELP = (
 
 def add_database_argument(parser: CommandParser) -> None:
     """``--database``, unset unless given: ``conf.job_database`` then decides."""
-    parser.add_argument("--database", help=DATABASE_HELP)
+    parser.add_argument("--database", type=database_alias, help=DATABASE_HELP)

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_arcature.checks.migrations import migration_problem
 from django_arcature.conf import job_database
 from django_arcature.db.refusals import login_refusal
 
@@ -22,6 +23,18 @@ class RefusedDatabaseStopsCommand(BaseCommand):
     def database_alias(self, options: dict[str, Any]) -> str:
         """The alias holding the job table (``conf.job_database``)."""
         return job_database(options.get("database"))
+
+    def migrated_database(self, options: dict[str, Any]) -> str:
+        """The job table's alias, or stop with one line if it is not migrated yet.
+
+        Before ``migrate`` every query would end in a "no such table" traceback
+        that does not say which command to run.
+        """
+        using = self.database_alias(options)
+        problem = migration_problem(using)
+        if problem:
+            raise CommandError(problem)
+        return using
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         try:

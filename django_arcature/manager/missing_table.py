@@ -26,12 +26,19 @@ def _names_missing_table(error: DatabaseError, table: str) -> bool:
     return table in text and any(words in text for words in _MISSING_TABLE_WORDING)
 
 
+def migrate_command(using: str) -> str:
+    """The command that migrates ``using``: plain ``migrate`` only reaches ``default``."""
+    if using == "default":
+        return "python manage.py migrate"
+    return f"python manage.py migrate --database {using}"
+
+
 def add_migrate_hint(error: DatabaseError, table: str, using: str) -> None:
     """Add the remedy to ``error`` when it says that ``table`` does not exist."""
     if _names_missing_table(error, table):
         error.add_note(
             f"django-arcature: the job table {table!r} does not exist in database "
-            f"{using!r}: run `python manage.py migrate` first."
+            f"{using!r}: run `{migrate_command(using)}` first."
         )
 
 

@@ -60,7 +60,10 @@ def _set(name: str, paused: bool, using: str) -> bool:
         if changed:
             _notify(using)
     if changed:
-        logger.warning("queue %s %s", name, "paused" if paused else "resumed")
+        # INFO: a deliberate operator action, not a fault. At WARNING, Python's
+        # last-resort handler repeated it on stderr under the command's own line
+        # in a project without LOGGING.
+        logger.info("queue %s %s", name, "paused" if paused else "resumed")
     return bool(changed)
 
 

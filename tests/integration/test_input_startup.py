@@ -167,6 +167,24 @@ def test_status_refuses_with_one_line_instead_of_a_traceback(empty_database: str
     assert_one_line_naming_migrate(finished)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["arcature_queue", "list"],
+        ["arcature_queue", "pause", "email"],
+        ["arcature_prune", "--older-than", "1d"],
+        ["arcature_schedules"],
+        ["arcature_bench", "--jobs", "5"],
+    ],
+)
+def test_every_job_table_command_refuses_a_database_never_migrated(
+    empty_database: str, command: list[str]
+) -> None:
+    """The other commands that read or write the job tables stopped in a
+    "no such table" traceback; they say what to run, as the worker does."""
+    assert_one_line_naming_migrate(run(empty_database, *command))
+
+
 def test_a_partly_migrated_database_is_refused_too(empty_database: str) -> None:
     migrated = run(empty_database, "migrate", "django_arcature", "0001", "-v", "0")
     assert migrated.returncode == 0, migrated.stderr

@@ -184,5 +184,81 @@ def test_every_job_table_command_finds_the_jobs_database_by_itself(
 def test_a_jobs_database_without_the_router_is_refused(urls: dict[str, str]) -> None:
     done = manage(urls, "check", ARCATURE_NO_ROUTER="1")
     assert done.returncode != 0
-    assert "arcature.E002" in done.stderr
+    assert "arcature.E004" in done.stderr
     assert "django_arcature.routers.JobsRouter" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["check"], ["arcature_worker", "--burst"]])
+def test_a_wrong_setting_next_to_the_router_is_reported_not_a_traceback(
+    urls: dict[str, str], command: list[str]
+) -> None:
+    """The router reads the settings on every routing question, Django's model checks
+    included: a wrong ``ARCATURE`` value must reach ``arcature.E001`` (what to change)
+    rather than end the check run in a traceback from inside the router."""
+    done = manage(urls, *command, ARCATURE_EXTRA='{"LEASE_SECONDS": 0}')
+    assert done.returncode != 0
+    assert "arcature.E001" in done.stderr, done.stderr
+    assert "ARCATURE['LEASE_SECONDS'] = 0 is invalid" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_forgetting_to_migrate_the_jobs_database_names_the_command_that_does_it(
+    urls: dict[str, str],
+) -> None:
+    """Plain ``migrate`` works on ``default`` only (and has nothing left to do there):
+    a worker that finds no job table on the jobs database must say
+    ``migrate --database jobs``, or the user runs a command that does nothing."""
+    done = manage(urls, "migrate")
+    assert done.returncode == 0, done.stderr
+    for command in (["arcature_worker", "--burst"], ["arcature_status"]):
+        stopped = manage(urls, *command)
+        assert stopped.returncode == 1
+        assert "does not exist in database 'jobs'" in stopped.stderr
+        assert "run `python manage.py migrate --database jobs` first" in stopped.stderr
+    enqueue = manage(
+        urls,
+        "shell",
+        "-c",
+        "from django_arcature.models import Job; Job.objects.enqueue('tests.add', args=[1, 2])",
+    )
+    assert enqueue.returncode == 1
+    assert "run `python manage.py migrate --database jobs` first" in enqueue.stderr
+
+
+def test_admin_counts_on_a_jobs_database_of_another_vendor(
+    urls: dict[str, str], tmp_path: Path
+) -> None:
+    """The app on SQLite, the jobs on the server under test: the admin's bounded
+    counts compiled their SQL for ``default`` (double-quoted names) and sent it to
+    the jobs database, which MariaDB refused as a syntax error."""
+    mixed = {**urls, "ARCATURE_APP_DB_URL": f"sqlite:///{tmp_path}/app-mixed.sqlite3"}
+    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
+        done = manage(mixed, *args)
+        assert done.returncode == 0, done.stderr
+    counted = shell(
+        mixed,
+        "from django_arcature.models import Job; "
+        "from django_arcature.db.counts import bounded_count, planner_estimate; "
+        "Job.objects.enqueue('tests.add', args=[2, 3]); "
+        "planner_estimate(Job.objects.all()); "
+        "print(bounded_count(Job.objects.filter(status='pending'), 10))",
+    )
+    assert counted == "(1, False)"
+
+
+def test_the_metrics_view_reads_the_jobs_database(urls: dict[str, str]) -> None:
+    """``path("metrics", metrics)`` as docs/observability.md wires it: the queue
+    gauges come from ``ARCATURE["DATABASE"]``, not from ``default``."""
+    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
+        done = manage(urls, *args)
+        assert done.returncode == 0, done.stderr
+    line = shell(
+        urls,
+        "from django_arcature.models import Job; "
+        "from django.test import RequestFactory; "
+        "from django_arcature.contrib.prometheus.views import metrics; "
+        "Job.objects.enqueue('tests.add', args=[2, 3], queue='mail'); "
+        "body = metrics(RequestFactory().get('/metrics')).content.decode(); "
+        "print([l for l in body.splitlines() if l.startswith('arcature_queue_ready_jobs{')])",
+    )
+    assert 'arcature_queue_ready_jobs{queue="mail"} 1.0' in line, line

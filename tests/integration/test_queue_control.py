@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -133,3 +137,33 @@ def test_arcature_queue_command() -> None:
     assert "queue email was not paused" in text
     with pytest.raises(CommandError, match="needs a queue name"):
         call_command("arcature_queue", "pause")
+
+
+def test_pause_and_resume_print_one_line_each_in_a_fresh_project(tmp_path: Path) -> None:
+    """With Django's default logging, a log record at WARNING or above reaches stderr
+    through Python's last-resort handler: the command's own line must not be
+    repeated there, so the shell shows what docs/queues.md shows."""
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.testapp.default_logging_settings",
+        "PYTHONPATH": str(root),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'queues.sqlite3'}",
+    }
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "django", *args],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    assert manage("migrate", "-v", "0").returncode == 0
+    for action, line in (("pause", "queue email paused"), ("resume", "queue email resumed")):
+        done = manage("arcature_queue", action, "email")
+        assert done.returncode == 0, done.stderr
+        assert (done.stdout, done.stderr) == (f"{line}\n", "")

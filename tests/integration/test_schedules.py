@@ -215,6 +215,20 @@ def test_arcature_schedules_lists_next_fire_times() -> None:
     assert "T02:30:00+0" in text or "T03:00:00+02:00" in text
 
 
+def test_arcature_schedules_names_code_schedules_not_synced_yet(code_schedule: str) -> None:
+    """Before any worker started (or ``--sync``), the table holds no code schedule:
+    the listing must not say "no schedules" while the code declares some."""
+    out = StringIO()
+    call_command("arcature_schedules", stdout=out)
+    text = out.getvalue()
+    assert "no schedules" not in text
+    assert f"declared in code, not synced yet: {code_schedule}" in text
+    assert "--sync" in text
+    call_command("arcature_schedules", "--sync", stdout=(out := StringIO()))
+    assert "not synced yet" not in out.getvalue()
+    assert f"{code_schedule}  [code, enabled]" in out.getvalue()
+
+
 def test_periodic_on_a_django_tasks_task_fires_through_the_backend() -> None:
     """``@periodic`` above a django.tasks ``@task``: the slot's row belongs to the backend."""
     from django_arcature.testing import run_job

@@ -9,13 +9,13 @@ import sys
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 
 from django_arcature.bench.jobs import TASK
 from django_arcature.bench.measure import SCRATCH_QUEUE, Bench, BenchFailed, BenchRefused
-from django_arcature.conf import job_database
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 
 
 def _positive(text: str) -> int:
@@ -25,7 +25,7 @@ def _positive(text: str) -> int:
     return value
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = (
         "Measure django-arcature on the configured database: enqueue rate (one by one and "
         "bulk), drain rate with 1..K worker processes, and idle pickup latency. Works in its "
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = job_database(options["database"])
+        using = self.migrated_database(options)
         bench = Bench(
             task=TASK,
             queue=options["queue"],

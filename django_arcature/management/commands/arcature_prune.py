@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from django_arcature.conf import job_database
 from django_arcature.core.durations import parse_duration
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import queue_name, whole_number
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.retention.prune import count_prunable, prune
-from django_arcature.retention.rules import FINISHED, PruneRule, read_retention
+from django_arcature.retention.rules import FINISHED, MAX_BATCH, PruneRule, read_retention
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = (
         "Delete succeeded, cancelled and dead jobs older than ARCATURE['RETENTION'] (or "
         "--older-than). Pending and running jobs are never touched."
@@ -33,16 +34,23 @@ class Command(BaseCommand):
             help="Only this status (repeatable; default: every finished status).",
         )
         parser.add_argument(
-            "--queue", action="append", help="Only this queue (repeatable; default: all)."
+            "--queue",
+            action="append",
+            type=queue_name,
+            help="Only this queue (repeatable; default: all).",
         )
-        parser.add_argument("--batch-size", type=int, default=1000)
+        parser.add_argument(
+            "--batch-size",
+            type=whole_number(1, MAX_BATCH),
+            default=1000,
+            metavar="N",
+            help=f"Rows per delete, 1 to {MAX_BATCH} (as RETENTION['batch_size']). Default: 1000.",
+        )
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         statuses = options["status"] or list(FINISHED)
         queues = tuple(options["queue"]) if options["queue"] else None
-        if options["batch_size"] < 1:
-            raise CommandError("--batch-size must be at least 1")
         if options["older_than"] is not None:
             try:
                 age = parse_duration(options["older_than"])
@@ -61,7 +69,7 @@ class Command(BaseCommand):
                     "nothing to prune: ARCATURE['RETENTION'] sets no age for these statuses; "
                     "pass --older-than"
                 )
-        using = job_database(options["database"])
+        using = self.migrated_database(options)
         total = 0
         if options["dry_run"]:
             for rule in rules:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db.models import Count, Q
 
-from django_arcature.conf import job_database
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.queues.control import pause, resume
 from django_arcature.queues.limits import read_limits
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = "Pause or resume a queue across every worker, or list queues with their state."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -22,7 +22,7 @@ class Command(BaseCommand):
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = job_database(options["database"])
+        using = self.migrated_database(options)
         action, name = options["action"], options["name"]
         if action == "list":
             self._list(using, name)

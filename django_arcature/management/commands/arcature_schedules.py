@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from django_arcature import registry
-from django_arcature.conf import job_database
 from django_arcature.db.clock import database_now
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import whole_number
+from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
 
 
-class Command(BaseCommand):
+class Command(RefusedDatabaseStopsCommand):
     help = "List every schedule (code and admin) with its next fire times, on the database clock."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--next", type=int, default=3, help="Fire times to show (default 3).")
+        parser.add_argument(
+            "--next",
+            type=whole_number(0, 1000),
+            default=3,
+            metavar="N",
+            help="Fire times to show, 0 to 1000 (default 3).",
+        )
         parser.add_argument(
             "--sync",
             action="store_true",
@@ -28,17 +35,27 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_arcature.schedules.models import Schedule
+        from django_arcature.schedules.periodic import declared
         from django_arcature.schedules.sync import sync_code_schedules
 
-        using = job_database(options["database"])
+        using = self.migrated_database(options)
         registry.autodiscover()
         if options["sync"]:
             created, updated = sync_code_schedules(using)
             self.stdout.write(f"synced from code: {created} created, {updated} updated")
         now = database_now(using)
         schedules = list(Schedule.objects.using(using).order_by("name"))
+        # Code schedules reach the table when a worker starts (or with --sync): until
+        # then, name them rather than let the listing claim there are none.
+        unsynced = sorted(set(declared()) - {s.name for s in schedules})
+        if unsynced:
+            self.stdout.write(
+                f"declared in code, not synced yet: {', '.join(unsynced)} "
+                "(a worker writes them when it starts; --sync does it now)"
+            )
         if not schedules:
-            self.stdout.write("no schedules")
+            if not unsynced:
+                self.stdout.write("no schedules")
             return
         self.stdout.write(f"database now: {now.isoformat()}")
         for schedule in schedules:

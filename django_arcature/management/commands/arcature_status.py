@@ -6,12 +6,12 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 from django.db.models import Count, Min, Q
 
-from django_arcature.checks.migrations import migration_problem
 from django_arcature.db.clock import database_now
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import minutes
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.models import Job, JobStatus
 
@@ -38,7 +38,7 @@ class Command(RefusedDatabaseStopsCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--since",
-            type=float,
+            type=minutes,
             default=60.0,
             metavar="MINUTES",
             help="Count failures from this many minutes back. Default: 60.",
@@ -47,10 +47,7 @@ class Command(RefusedDatabaseStopsCommand):
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = self.database_alias(options)
-        problem = migration_problem(using)
-        if problem:
-            raise CommandError(problem)
+        using = self.migrated_database(options)
         report = self.collect(using, timedelta(minutes=options["since"]))
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))

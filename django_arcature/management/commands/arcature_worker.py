@@ -13,9 +13,18 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_arcature.checks.migrations import migration_problem
 from django_arcature.checks.writers import writer_messages
-from django_arcature.conf import ArcatureSettings, get_settings
+from django_arcature.conf import (
+    MAX_BATCH_SIZE,
+    MAX_CONCURRENCY,
+    MAX_INTERVAL_SECONDS,
+    MAX_LEASE_SECONDS,
+    MAX_SHUTDOWN_SECONDS,
+    ArcatureSettings,
+    get_settings,
+)
 from django_arcature.core.durations import parse_duration
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import queue_name, seconds, whole_number
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.worker import Worker
 
@@ -40,13 +49,6 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
     return value
 
 
@@ -79,6 +81,7 @@ class Command(RefusedDatabaseStopsCommand):
             "--queue",
             action="append",
             dest="queues",
+            type=queue_name,
             metavar="NAME",
             help="Run jobs from this queue; repeat for several. Default: every queue.",
         )
@@ -86,33 +89,34 @@ class Command(RefusedDatabaseStopsCommand):
             "--exclude-queue",
             action="append",
             dest="exclude_queues",
+            type=queue_name,
             default=[],
             metavar="NAME",
             help="Serve every queue (or every --queue) except this one; repeatable.",
         )
         parser.add_argument(
             "--concurrency",
-            type=_positive_int,
+            type=whole_number(1, MAX_CONCURRENCY),
             metavar="N",
             help=f"Handler threads (each runs async handlers on an event loop of its own). "
             f"Default: {conf.concurrency}.",
         )
         parser.add_argument(
             "--batch",
-            type=_positive_int,
+            type=whole_number(1, MAX_BATCH_SIZE),
             metavar="N",
             help=f"Most jobs claimed in one database round trip. Default: {conf.batch_size}.",
         )
         parser.add_argument(
             "--lease",
-            type=_positive_int,
+            type=whole_number(1, MAX_LEASE_SECONDS),
             metavar="SECONDS",
             help="How long a claim lives without a heartbeat; the worker heartbeats every "
             f"third of it, so jobs may run longer. Default: {conf.lease_seconds}.",
         )
         parser.add_argument(
             "--poll-interval",
-            type=_positive_float,
+            type=seconds(0, MAX_INTERVAL_SECONDS, above_low=True),
             metavar="SECONDS",
             help="Longest wait between looks for new jobs when idle (PostgreSQL is woken "
             f"at once by LISTEN/NOTIFY). Default: {conf.poll_interval:g}.",
@@ -167,7 +171,7 @@ class Command(RefusedDatabaseStopsCommand):
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=_non_negative_float,
+            type=seconds(0, MAX_SHUTDOWN_SECONDS),
             metavar="SECONDS",
             help="After SIGTERM/SIGINT, how long running jobs may finish before they are "
             f"handed back to the queue. Default: {conf.shutdown_timeout:g}.",

@@ -1,0 +1,1 @@
+"""An app whose ``jobs`` module declares a schedule (used by the no-cronsim settings)."""
