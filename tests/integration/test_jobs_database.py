@@ -111,6 +111,13 @@ def manage(urls: dict[str, str], *args: str, **env: str) -> subprocess.Completed
     )
 
 
+def migrate_both(urls: dict[str, str]) -> None:
+    """``migrate`` on default, then the job table onto ``jobs``, as the guide says."""
+    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
+        done = manage(urls, *args)
+        assert done.returncode == 0, done.stderr
+
+
 def shell(urls: dict[str, str], code: str) -> str:
     done = manage(urls, "shell", "-c", code)
     assert done.returncode == 0, done.stderr
@@ -125,9 +132,7 @@ TABLES = (
 
 
 def test_jobs_live_on_their_own_database(urls: dict[str, str]) -> None:
-    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
-        done = manage(urls, *args)
-        assert done.returncode == 0, done.stderr
+    migrate_both(urls)
     assert shell(urls, TABLES.format(alias="default")) == "[]"
     assert "django_arcature_job" in shell(urls, TABLES.format(alias="jobs"))
 
@@ -158,9 +163,7 @@ def test_every_job_table_command_finds_the_jobs_database_by_itself(
     """No command that reads or writes the job table needs ``--database``: each one
     takes ``ARCATURE["DATABASE"]``, as the worker does (the job table is not on
     ``default`` here, so a command that looked there would fail)."""
-    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
-        done = manage(urls, *args)
-        assert done.returncode == 0, done.stderr
+    migrate_both(urls)
     shell(
         urls,
         "from django_arcature.models import Job; "
@@ -232,9 +235,7 @@ def test_admin_counts_on_a_jobs_database_of_another_vendor(
     counts compiled their SQL for ``default`` (double-quoted names) and sent it to
     the jobs database, which MariaDB refused as a syntax error."""
     mixed = {**urls, "ARCATURE_APP_DB_URL": f"sqlite:///{tmp_path}/app-mixed.sqlite3"}
-    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
-        done = manage(mixed, *args)
-        assert done.returncode == 0, done.stderr
+    migrate_both(mixed)
     counted = shell(
         mixed,
         "from django_arcature.models import Job; "
@@ -249,9 +250,7 @@ def test_admin_counts_on_a_jobs_database_of_another_vendor(
 def test_the_metrics_view_reads_the_jobs_database(urls: dict[str, str]) -> None:
     """``path("metrics", metrics)`` as docs/observability.md wires it: the queue
     gauges come from ``ARCATURE["DATABASE"]``, not from ``default``."""
-    for args in (["migrate"], ["migrate", "--database", "jobs", "django_arcature"]):
-        done = manage(urls, *args)
-        assert done.returncode == 0, done.stderr
+    migrate_both(urls)
     line = shell(
         urls,
         "from django_arcature.models import Job; "
