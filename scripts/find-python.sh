@@ -13,11 +13,9 @@ candidates=()
 for name in python3.14 python3.13 python3.12; do
   path=$(command -v "$name" 2>/dev/null) && candidates+=("$path")
 done
-if command -v pyenv >/dev/null 2>&1; then
-  pyenv_root=$(pyenv root)
-else
-  pyenv_root=${PYENV_ROOT:-${HOME:-/nonexistent}/.pyenv}
-fi
+case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
+. "$here/pyenv-root.sh"
+pyenv_root=$(pyenv_root)
 for dir in $(ls -d "$pyenv_root"/versions/3.1[2-9]* 2>/dev/null | sort -rV); do
   candidates+=("$dir/bin/python")
 done

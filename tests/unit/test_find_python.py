@@ -100,3 +100,64 @@ def test_nothing_new_enough_says_what_it_saw_and_how_to_choose(
 def test_the_makefile_uses_the_script_and_lets_the_user_override_it() -> None:
     makefile = (SCRIPT.parents[1] / "Makefile").read_text()
     assert "PYTHON_FOR_VENV = $(shell scripts/find-python.sh)" in makefile
+
+
+PYTHON_PATH = SCRIPT.with_name("python-path.sh")
+
+
+def _fake_exact_python(path: Path, minor: int) -> Path:
+    """A stand-in for Python 3.<minor>: passes python-path.sh's exact-version check
+    for its own minor only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/sh\ncase "$2" in *"(3, {minor})"*) exit 0;; esac\nexit 1\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def tool_path(bare_path: Path) -> Path:
+    """bare_path plus what python-path.sh calls to place its links."""
+    for tool in ("mkdir", "ln"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bare_path / tool).symlink_to(found)
+    return bare_path
+
+
+def _run_python_path(bin_dir: Path, links: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    bash = shutil.which("bash")
+    assert bash
+    return subprocess.run(
+        [bash, str(PYTHON_PATH)],
+        env={"PATH": str(bin_dir), "ARCATURE_PYTHONS_DIR": str(links), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_make_test_finds_both_pythons_in_pyenv_without_pyenv_on_path(
+    tool_path: Path, tmp_path: Path
+) -> None:
+    """`make test` (tox's base_python) has the same promise as `make demo`: pyenv's
+    versions are found when pyenv itself is not on PATH."""
+    home = tmp_path / "home"
+    py312 = _fake_exact_python(home / ".pyenv/versions/3.12.1/bin/python", 12)
+    py313 = _fake_exact_python(home / ".pyenv/versions/3.13.0/bin/python", 13)
+    links = tmp_path / "pythons"
+    result = _run_python_path(tool_path, links, HOME=str(home))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert Path(result.stdout.strip()) == links.resolve()
+    assert (links / "python3.12").resolve() == py312.resolve()
+    assert (links / "python3.13").resolve() == py313.resolve()
+
+
+def test_make_test_says_which_python_is_missing(tool_path: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _fake_exact_python(home / ".pyenv/versions/3.13.0/bin/python", 13)
+    result = _run_python_path(tool_path, tmp_path / "pythons", HOME=str(home))
+    assert "python3.12 not found; its tox environments will fail" in result.stderr
+    assert (tmp_path / "pythons" / "python3.13").exists()
+    assert not (tmp_path / "pythons" / "python3.12").exists()
