@@ -139,6 +139,28 @@ def test_arcature_queue_command() -> None:
         call_command("arcature_queue", "pause")
 
 
+def test_pausing_a_queue_nothing_names_says_to_check_the_spelling() -> None:
+    """Pausing ahead of any job is allowed, but "emial" for "email" would leave the
+    real queue running while the operator believes it paused: the command says that
+    no job handler, ARCATURE["QUEUES"] entry or live job names the queue, and
+    ``list`` does not show an unknown name as a running queue."""
+    enqueue("email", 1)
+    out = StringIO()
+    call_command("arcature_queue", "pause", "email", stdout=out)
+    assert out.getvalue() == "queue email paused\n"
+    out = StringIO()
+    call_command("arcature_queue", "pause", "emial", stdout=out)
+    text = out.getvalue()
+    assert text.startswith("queue emial paused")
+    assert "no @job, ARCATURE['QUEUES'] entry or live job names 'emial'" in text
+    assert "did you mean 'email'?" in text
+    out = StringIO()
+    call_command("arcature_queue", "list", "nosuch", stdout=out)
+    assert out.getvalue() == (
+        "nosuch: no such queue (no @job, ARCATURE['QUEUES'] entry, pause flag or live job)\n"
+    )
+
+
 def test_pause_and_resume_print_one_line_each_in_a_fresh_project(tmp_path: Path) -> None:
     """With Django's default logging, a log record at WARNING or above reaches stderr
     through Python's last-resort handler: the command's own line must not be
@@ -163,6 +185,14 @@ def test_pause_and_resume_print_one_line_each_in_a_fresh_project(tmp_path: Path)
         )
 
     assert manage("migrate", "-v", "0").returncode == 0
+    # As on the page, the queue has jobs waiting (a queue nothing names gets a note).
+    enqueued = manage(
+        "shell",
+        "-c",
+        "from django_arcature.models import Job; "
+        "Job.objects.enqueue('tests.add', args=[1, 2], queue='email')",
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
     for action, line in (("pause", "queue email paused"), ("resume", "queue email resumed")):
         done = manage("arcature_queue", action, "email")
         assert done.returncode == 0, done.stderr

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import Count, Q
 
+from django_arcature import registry
+from django_arcature.conf import get_settings
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.queues.control import pause, resume
-from django_arcature.queues.limits import read_limits
+from django_arcature.queues.limits import parse_limits, read_limits
 
 
 class Command(RefusedDatabaseStopsCommand):
@@ -30,9 +34,11 @@ class Command(RefusedDatabaseStopsCommand):
         if not name:
             raise CommandError(f"arcature_queue {action} needs a queue name")
         if action == "pause":
+            unnamed = _spelling_note(name, _named_queues(using))
             changed = pause(name, using)
             self.stdout.write(
-                f"queue {name} paused" if changed else f"queue {name} was already paused"
+                (f"queue {name} paused" if changed else f"queue {name} was already paused")
+                + unnamed
             )
         else:
             changed = resume(name, using)
@@ -58,7 +64,13 @@ class Command(RefusedDatabaseStopsCommand):
         limits = read_limits()
         names = sorted(set(counts) | set(states) | set(limits))
         if only:
-            names = [n for n in names if n == only] or [only]
+            if only not in names and only not in _named_queues(using):
+                self.stdout.write(
+                    f"{only}: no such queue (no @job, ARCATURE['QUEUES'] entry, pause flag "
+                    "or live job)"
+                )
+                return
+            names = [only]
         if not names:
             self.stdout.write("no queues")
             return
@@ -72,3 +84,29 @@ class Command(RefusedDatabaseStopsCommand):
                 f"{row.get('running', 0)} running"
                 + (f"; limits: {limit.describe()}" if limit else "")
             )
+
+
+def _named_queues(using: str) -> set[str]:
+    """Every queue something names: the default queue, a handler's ``@job(queue=)``, an
+    ``ARCATURE["QUEUES"]`` entry, a pause flag, or a pending or running job."""
+    from django_arcature.models import Job, JobStatus
+    from django_arcature.queues.models import QueueState
+
+    default = get_settings().default_queue
+    registry.autodiscover()
+    names = {default}
+    names.update(registry.get(n).queue or default for n in registry.registered_names())
+    names.update(parse_limits((getattr(settings, "ARCATURE", None) or {}).get("QUEUES")))
+    names.update(QueueState.objects.using(using).values_list("name", flat=True))
+    live = Job.objects.using(using).filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING])
+    names.update(live.values_list("queue", flat=True).order_by().distinct())
+    return names
+
+
+def _spelling_note(name: str, named: set[str]) -> str:
+    """Pausing ahead of any job is allowed; a typo would leave the real queue running."""
+    if name in named:
+        return ""
+    nearest = difflib.get_close_matches(name, sorted(named), n=1)
+    hint = f"; did you mean {nearest[0]!r}?" if nearest else "; check the spelling"
+    return f" (no @job, ARCATURE['QUEUES'] entry or live job names {name!r}{hint})"
