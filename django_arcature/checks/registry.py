@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from importlib import import_module
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import module_has_submodule
 
 from django_arcature import registry
 
@@ -38,11 +40,27 @@ def check_job_registry(
         ]
     except Exception as exc:
         logger.debug("autodiscovery of jobs modules failed", exc_info=True)
+        module = _failing_jobs_module() or "<app>.jobs"
+        subject = "the installed apps' jobs modules" if module == "<app>.jobs" else module
         return [
             checks.Error(
-                f"Importing the installed apps' jobs modules failed: {type(exc).__name__}: {exc}",
-                hint="Fix the error above; run `python -c 'import <app>.jobs'` for a traceback.",
+                f"Importing {subject} failed: {type(exc).__name__}: {exc}",
+                hint=f"Fix the error above; run `python -c 'import {module}'` for a traceback.",
                 id="arcature.E011",
             )
         ]
     return []
+
+
+def _failing_jobs_module() -> str | None:
+    """Which app's ``jobs`` module does not import: the error alone may come from
+    deep inside it (a missing dependency), naming some other module."""
+    for app in apps.get_app_configs():
+        if not module_has_submodule(app.module, "jobs"):
+            continue
+        name = f"{app.name}.jobs"
+        try:
+            import_module(name)
+        except Exception:
+            return name
+    return None

@@ -243,6 +243,8 @@ def test_a_jobs_module_that_fails_to_import_fails_the_check(rediscover: None) ->
     messages = check_job_registry()
     assert [m.id for m in messages] == ["arcature.E011"]
     assert "ModuleNotFoundError: No module named 'django_arcature.not_a_module'" in messages[0].msg
+    assert "Importing tests.unit.registry_fixtures.broken_app.jobs failed" in messages[0].msg
+    assert "import tests.unit.registry_fixtures.broken_app.jobs" in (messages[0].hint or "")
     assert not registry._discovered  # tried again next time, once fixed
 
 
