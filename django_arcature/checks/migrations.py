@@ -14,7 +14,7 @@ import logging
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
 
-from django_arcature.manager.missing_table import migrate_command
+from django_arcature.manager.missing_table import migrate_command, missing_table_message
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +41,7 @@ def migration_problem(using: str) -> str | None:
     missing = [name for name in ours if (APP_LABEL, name) not in loader.applied_migrations]
     table = Job._meta.db_table
     if table not in tables:
-        return (
-            f"django-arcature: the job table {table!r} does not exist in database {using!r}: "
-            f"run `{migrate_command(using)}` first."
-        )
+        return missing_table_message(table, using)
     if missing:
         return (
             f"django-arcature: database {using!r} has {len(missing)} unapplied "

@@ -109,7 +109,6 @@ class MySQLDriver(Driver):
         exclude: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         """``SELECT … FOR UPDATE SKIP LOCKED``, then one compare-and-set UPDATE."""
-
         manager = model._default_manager.db_manager(self.using)
         with transaction.atomic(using=self.using):
             candidates = manager.select_for_update(skip_locked=True).filter(

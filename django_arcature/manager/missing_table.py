@@ -33,13 +33,18 @@ def migrate_command(using: str) -> str:
     return f"python manage.py migrate --database {using}"
 
 
+def missing_table_message(table: str, using: str) -> str:
+    """What to do about a job table missing from ``using`` (also the commands' line)."""
+    return (
+        f"django-arcature: the job table {table!r} does not exist in database {using!r}: "
+        f"run `{migrate_command(using)}` first."
+    )
+
+
 def add_migrate_hint(error: DatabaseError, table: str, using: str) -> None:
     """Add the remedy to ``error`` when it says that ``table`` does not exist."""
     if _names_missing_table(error, table):
-        error.add_note(
-            f"django-arcature: the job table {table!r} does not exist in database "
-            f"{using!r}: run `{migrate_command(using)}` first."
-        )
+        error.add_note(missing_table_message(table, using))
 
 
 @contextmanager

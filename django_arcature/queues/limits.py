@@ -83,6 +83,11 @@ def parse_limits(raw: object) -> dict[str, QueueLimit]:
     return limits
 
 
-def read_limits() -> dict[str, QueueLimit]:
+def configured_queues() -> dict[str, QueueLimit]:
+    """Every ``ARCATURE["QUEUES"]`` entry, an entry without limits included."""
     raw: Any = (getattr(settings, "ARCATURE", None) or {}).get("QUEUES")
-    return {name: limit for name, limit in parse_limits(raw).items() if limit != QueueLimit()}
+    return parse_limits(raw)
+
+
+def read_limits() -> dict[str, QueueLimit]:
+    return {name: limit for name, limit in configured_queues().items() if limit != QueueLimit()}

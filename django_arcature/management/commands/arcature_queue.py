@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import Count, Q
 
@@ -14,7 +13,7 @@ from django_arcature.conf import get_settings
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.queues.control import pause, resume
-from django_arcature.queues.limits import parse_limits, read_limits
+from django_arcature.queues.limits import configured_queues, read_limits
 
 
 class Command(RefusedDatabaseStopsCommand):
@@ -96,7 +95,7 @@ def _named_queues(using: str) -> set[str]:
     registry.autodiscover()
     names = {default}
     names.update(registry.get(n).queue or default for n in registry.registered_names())
-    names.update(parse_limits((getattr(settings, "ARCATURE", None) or {}).get("QUEUES")))
+    names.update(configured_queues())
     names.update(QueueState.objects.using(using).values_list("name", flat=True))
     live = Job.objects.using(using).filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING])
     names.update(live.values_list("queue", flat=True).order_by().distinct())

@@ -11,7 +11,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
 
-from django_arcature.checks.migrations import migration_problem
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import (
     MAX_BATCH_SIZE,
@@ -208,10 +207,8 @@ class Command(RefusedDatabaseStopsCommand):
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = self.database_alias(options)
-        problem = migration_problem(using)
-        if problem:  # before migrate: say what to do, once, instead of retrying forever
-            raise CommandError(problem)
+        # Before migrate: say what to do, once, instead of retrying forever.
+        using = self.migrated_database(options)
         self._configure_logging(options["verbosity"])
         self._warn_about_sqlite_writers(using)
         try:
