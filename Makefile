@@ -14,13 +14,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
 .PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties soak-schedules clean
-.PHONY: soak-chaos
+.PHONY: soak-chaos release-check
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
 	@echo "make test        start PostgreSQL + MariaDB and run the full tox matrix (needs root or sudo)"
 	@echo "make test-quick  run the suite once, on SQLite, in $(VENV)"
 	@echo "make lint        ruff + mypy"
+	@echo "make release-check  build the sdist and wheel, check them, run the smoke suite on the installed wheel"
 	@echo "make docs        build the documentation site into var/docs-html and run its samples"
 	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
 	@echo "make soak        long runs on every database (soak-properties, soak-schedules, soak-chaos)"
@@ -68,6 +69,7 @@ test: venv databases
 	  else \
 	    echo "(skipped the PostgreSQL restart test: it runs with CI=true or ARCATURE_RESTART_DATABASE=1)"; \
 	  fi; \
+	  bash scripts/release-check.sh || status=1; \
 	  $(PY) scripts/test-summary.py var/junit || status=1; exit $$status
 
 test-quick: venv
@@ -77,6 +79,12 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy django_arcature tests example_project benchmarks
+
+# The release pipeline's build and test steps (.github/workflows/release.yml runs the
+# same script): sdist + wheel, twine check --strict, the archives' contents, and the
+# smoke suite and the demo against the built wheel in a fresh virtualenv per Python.
+release-check: venv
+	bash scripts/release-check.sh
 
 docs: venv
 	$(VENV)/bin/tox run -e docs

@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class SmokeAppConfig(AppConfig):
+    name = "smoke_app"
