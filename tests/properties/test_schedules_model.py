@@ -253,7 +253,7 @@ class SchedulesModel(RuleBasedStateMachine):
         self.model: dict[str, ModelSchedule] = {}
         self.expected: set[tuple[str, datetime]] = set()
         self.fired: list[Fired] = []
-        self.run_now = 0
+        self.runs_now = 0
         self.workers = [ScheduleRunner("default"), ScheduleRunner("default")]
         self.pending: dict[int, PendingTick] = {}
         TALLY.setdefault(TALLY_NAME, Counter())["examples"] += 1
@@ -354,7 +354,7 @@ class SchedulesModel(RuleBasedStateMachine):
             self.admin.run_schedules_now(  # type: ignore[attr-defined]
                 admin_request(self.user), Schedule.objects.filter(name=name)
             )
-        self.run_now += 1
+        self.runs_now += 1
 
     # --- workers ------------------------------------------------------------------------
 
@@ -425,7 +425,7 @@ class SchedulesModel(RuleBasedStateMachine):
             Job.objects.filter(unique_key__startswith=PREFIX).values_list("unique_key", flat=True)
         )
         assert keys == Counter(slot_key(name, slot) for name, slot in self.expected)
-        assert Job.objects.filter(unique_key__isnull=True).count() == self.run_now
+        assert Job.objects.filter(unique_key__isnull=True).count() == self.runs_now
 
     @invariant()
     def rows_agree(self) -> None:
