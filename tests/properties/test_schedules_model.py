@@ -64,7 +64,10 @@ from django_arcature.models import Job
 from django_arcature.schedules.firing import Fired, Planned, ScheduleRunner
 from django_arcature.schedules.keys import PREFIX, slot_key
 from django_arcature.schedules.models import Schedule
+from django_arcature.schedules.periodic import forget, periodic
+from django_arcature.schedules.sync import sync_code_schedules
 from tests.properties.conftest import PROFILE, TALLY
+from tests.testapp.jobs import noop
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
 
@@ -232,6 +235,8 @@ def app_clock(skew: timedelta) -> Iterator[None]:
         timezone.now = real_now
 
 
+CODE_NAME = "model-code"
+
 SKEWS = st.sampled_from(
     [timedelta(0), timedelta(hours=3), timedelta(hours=-3), timedelta(seconds=-59)]
 )
@@ -301,6 +306,28 @@ class SchedulesModel(RuleBasedStateMachine):
         self.model[name] = ModelSchedule(name, cron, tz, missed, catch_up, self.now, enabled)
         return name
 
+    @rule(
+        target=schedules,
+        cron=st.sampled_from(CRONS),
+        tz=st.sampled_from(ZONES),
+        missed=st.sampled_from(POLICIES),
+        catch_up=st.integers(1, 4),
+    )
+    def declare_in_code(self, cron: str, tz: str, missed: str, catch_up: int) -> str:
+        """``@periodic`` and a worker's sync; declaring it again edits it (a deploy)."""
+        forget(CODE_NAME)
+        periodic(cron, timezone=tz, missed=missed, catch_up=catch_up, name=CODE_NAME)(noop)
+        sync_code_schedules("default", now=self.now)
+        item = self.model.get(CODE_NAME)
+        if item is None:
+            self.model[CODE_NAME] = ModelSchedule(CODE_NAME, cron, tz, missed, catch_up, self.now)
+        else:
+            item.cron, item.tz, item.missed, item.catch_up = cron, tz, missed, catch_up
+        return CODE_NAME
+
+    def teardown(self) -> None:
+        forget(CODE_NAME)
+
     @rule(name=schedules)
     def disable(self, name: str) -> None:
         Schedule.objects.filter(name=name).disable()
@@ -345,8 +372,9 @@ class SchedulesModel(RuleBasedStateMachine):
             form = form_class(data, instance=obj)
             assert form.is_valid(), form.errors
             self.admin.save_model(request, form.save(commit=False), form, change=True)
-        item = self.model[name]
-        item.cron, item.tz = cron, tz
+        if "cron" in form.fields:  # a code schedule's expression and zone are read-only
+            item = self.model[name]
+            item.cron, item.tz = cron, tz
 
     @rule(name=schedules, skew=SKEWS)
     def run_now(self, name: str, skew: timedelta) -> None:
