@@ -125,6 +125,7 @@ def test_a_schedule_naming_something_that_is_not_a_task_is_refused_with_a_reason
 # --- B6: disabled time is not missed time ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_reenabling_fires_no_slot_from_the_disabled_time(admin_user: User) -> None:
     """Before: every per-second slot of the disabled seconds fired at once (missed="all")."""
     schedule = make_schedule("sec", minutes_ago=0, cron="* * * * * *", missed="all", catch_up=50)
@@ -306,6 +307,7 @@ def test_duties_fire_no_schedule_once_stop_is_requested() -> None:
     assert Job.objects.count() == 0
 
 
+@pytest.mark.slow
 def test_a_stopping_worker_does_not_fire_schedules_while_it_waits_for_its_jobs() -> None:
     """The worker waits for a running job after a stop; slots due meanwhile are left to
     the next worker (before: the duties thread went on firing until the very end)."""
@@ -338,3 +340,39 @@ def test_a_stopping_worker_does_not_fire_schedules_while_it_waits_for_its_jobs()
     finally:
         thread.join(20)
     assert not thread.is_alive()
+
+
+def test_enabling_in_the_change_form_records_enabled_at_and_writes_only_that(
+    admin_user: User,
+) -> None:
+    from django.urls import reverse
+
+    from .test_admin_support import client_for
+
+    schedule = make_schedule("form", minutes_ago=30, missed="all", catch_up=50, enabled=False)
+    Schedule.objects.filter(pk=schedule.pk).update(last_slot_at=DatabaseNow(-25 * 60))
+    watermark = Schedule.objects.get(pk=schedule.pk).last_slot_at
+    url = reverse("admin:django_arcature_schedule_change", args=[schedule.pk])
+    data = {
+        "name": "form",
+        "task_name": "tests.noop",
+        "backend": "",
+        "cron": "* * * * *",
+        "timezone": "UTC",
+        "args": "[]",
+        "kwargs": "{}",
+        "queue": "",
+        "priority": "",
+        "enabled": "on",
+        "missed": "all",
+        "catch_up": "50",
+    }
+    response = client_for(admin_user).post(url, data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert row.enabled
+    assert row.enabled_at is not None
+    assert row.last_slot_at == watermark  # not in the form: not written
+    fired = ScheduleRunner("default").tick()
+    assert len(fired) <= 1
+    assert all(item.slot > row.enabled_at for item in fired)
