@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
 .PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties soak-schedules clean
-.PHONY: soak-chaos release-check
+.PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -130,4 +130,16 @@ soak-chaos: venv databases
 	for db in $(SOAK_DBS); do \
 	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db \
 	    $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos tests/faults || exit 1; \
+	done
+
+# --- soak: the schedules model and the duties under faults (issue 19) ---------------------
+# The stateful model of schedules (edits, ticks of two workers, DST instants, skewed app
+# clocks) with its long profile, and the fault injection at every statement of a duty
+# with its long profile (every statement of longer programs), once per database.
+soak: soak-schedules-model
+soak-schedules-model: venv databases
+	$(PY) -m pip install -q mysqlclient
+	for db in $(SOAK_DBS); do \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -p no:cacheprovider \
+	    tests/properties/test_schedules_model.py tests/faults/test_duty_faults.py || exit 1; \
 	done

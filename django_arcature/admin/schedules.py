@@ -3,6 +3,12 @@
 Registered by ``django_arcature.admin``. Code-declared schedules appear here
 once a worker has synced them; their expression, zone and arguments belong to
 the code (read-only here), their ``enabled`` flag to the operator.
+
+Saving a schedule writes only the columns the form changed: the watermark is
+the workers' (a save that wrote the whole row could put back a ``last_slot_at``
+a worker advanced a moment before, and the slot would fire twice). Enabling
+a schedule again starts its window at that instant (``enabled_at``), so the
+slots of the disabled time do not fire.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -22,7 +29,8 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from django_arcature.db.clock import database_now
 from django_arcature.schedules.cron import InvalidSchedule, next_slots, zone
-from django_arcature.schedules.models import Schedule, ScheduleSource
+from django_arcature.schedules.enqueue import enqueue_for_schedule
+from django_arcature.schedules.models import Schedule, ScheduleQuerySet, ScheduleSource
 
 #: Fields the code owns on a ``@periodic`` schedule.
 CODE_FIELDS = (
@@ -72,13 +80,30 @@ class ScheduleAdmin(_ModelAdmin):
     list_filter = ("enabled", "source", "missed")
     search_fields = ("name", "task_name")
     actions = ("enable_schedules", "disable_schedules", "run_schedules_now")
-    readonly_fields = ("last_slot_at", "last_fired_at", "last_job", "next_fire_times")
+    readonly_fields = (
+        "created_at",
+        "enabled_at",
+        "last_slot_at",
+        "last_fired_at",
+        "last_job",
+        "next_fire_times",
+    )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
         fields = tuple(super().get_readonly_fields(request, obj))
         if obj is not None and obj.source == ScheduleSource.CODE:
             return fields + CODE_FIELDS
         return (*fields, "source")
+
+    def save_model(
+        self, request: HttpRequest, obj: Schedule, form: ModelForm[Schedule], change: bool
+    ) -> None:
+        """A new row is inserted whole; an edit writes only what the form changed."""
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        columns = {field.name for field in obj._meta.concrete_fields}
+        obj.save(update_fields=[name for name in form.changed_data if name in columns])
 
     @admin.display(description=gettext_lazy("next fire times"))
     def next_fire_times(self, obj: Schedule) -> SafeString | str:
@@ -103,15 +128,15 @@ class ScheduleAdmin(_ModelAdmin):
         return format_html('<a href="{}">{}</a>', url, obj.last_job_id)
 
     @admin.action(description=gettext_lazy("Enable selected schedules"), permissions=["change"])
-    def enable_schedules(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = queryset.update(enabled=True)
+    def enable_schedules(self, request: HttpRequest, queryset: ScheduleQuerySet) -> None:
+        count = queryset.enable()
         self.message_user(
             request, ngettext("%d schedule enabled.", "%d schedules enabled.", count) % count
         )
 
     @admin.action(description=gettext_lazy("Disable selected schedules"), permissions=["change"])
-    def disable_schedules(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = queryset.update(enabled=False)
+    def disable_schedules(self, request: HttpRequest, queryset: ScheduleQuerySet) -> None:
+        count = queryset.disable()
         self.message_user(
             request, ngettext("%d schedule disabled.", "%d schedules disabled.", count) % count
         )
@@ -122,19 +147,10 @@ class ScheduleAdmin(_ModelAdmin):
     )
     def run_schedules_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         """Enqueue one job per schedule at once; the slots and the watermark are untouched."""
-        from django_arcature.models import Job
-
         for schedule in queryset:
             try:
-                job = Job.objects.db_manager(queryset.db).enqueue(
-                    schedule.task_name,
-                    args=list(schedule.args or []),
-                    kwargs=dict(schedule.kwargs or {}),
-                    queue=schedule.queue or None,
-                    priority=schedule.priority,
-                    backend=schedule.backend,
-                )
-            except (ValueError, LookupError, TypeError) as exc:
+                job = enqueue_for_schedule(schedule, queryset.db)
+            except (ValueError, LookupError, TypeError, ImportError) as exc:
                 self.message_user(
                     request,
                     _("Schedule %(name)s could not run: %(error)s")

@@ -36,3 +36,80 @@ def check_cron_library(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
             id="arcature.E030",
         )
     ]
+
+
+#: At most this many stored schedules are named in one message.
+NAMED_AT_MOST = 5
+
+
+@register(Tags.compatibility)
+def check_stored_schedules(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Enabled schedules in the table that this host cannot evaluate (arcature.E031).
+
+    An operator may store a schedule in the admin on a host that has the cron
+    library, and workers run on one that lacks it, or a time zone this host's
+    tzdata does not know may be written: such a schedule never fires. This
+    check reads the table, so it must never fail itself: a database that is
+    unreachable, not migrated yet, or not allowed in this context (a test
+    without database access) simply yields no message.
+    """
+    from django.db import connections, router
+
+    from .cron import InvalidSchedule, validate_expression
+    from .cron import zone as find_zone
+    from .models import Schedule
+
+    try:
+        using = router.db_for_read(Schedule)
+        if databases is not None and using not in databases:
+            return []
+        # Look before reading: a failed query on a missing table would abort an open
+        # transaction on PostgreSQL.
+        if Schedule._meta.db_table not in connections[using].introspection.table_names():
+            return []
+        rows = list(
+            Schedule.objects.using(using)
+            .filter(enabled=True)
+            .order_by("name")
+            .values_list("name", "cron", "timezone")
+        )
+    except Exception:
+        return []
+    if not rows:
+        return []
+    if not cron_available():
+        names = ", ".join(name for name, _, _ in rows[:NAMED_AT_MOST])
+        more = f" and {len(rows) - NAMED_AT_MOST} more" if len(rows) > NAMED_AT_MOST else ""
+        return [
+            Error(
+                f"{len(rows)} enabled schedule(s) are stored ({names}{more}) but the cron "
+                "library is missing on this host: workers here cannot fire them.",
+                hint=EXTRA_HINT,
+                id="arcature.E031",
+            )
+        ]
+    problems: list[str] = []
+    for name, cron, timezone in rows:
+        try:
+            validate_expression(cron)
+            find_zone(timezone)
+        except InvalidSchedule as exc:
+            problems.append(f"{name}: {exc}")
+    if not problems:
+        return []
+    return [
+        Error(
+            "stored schedules that this host cannot evaluate (they never fire): "
+            + "; ".join(problems[:NAMED_AT_MOST])
+            + (
+                f" and {len(problems) - NAMED_AT_MOST} more"
+                if len(problems) > NAMED_AT_MOST
+                else ""
+            ),
+            hint="Fix or disable them in the admin (Schedules), or install the missing time "
+            "zone data (pip install tzdata).",
+            id="arcature.E031",
+        )
+    ]

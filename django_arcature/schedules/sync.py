@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
@@ -29,8 +30,11 @@ def _fields(spec: PeriodicSpec) -> dict[str, object]:
     }
 
 
-def sync_code_schedules(using: str) -> tuple[int, int]:
+def sync_code_schedules(using: str, *, now: datetime | None = None) -> tuple[int, int]:
     """Create or update one row per declared schedule; returns (created, updated).
+
+    A new row's ``created_at`` is the database's clock; ``now`` sets it instead
+    (for the model tests, which walk a clock of their own).
 
     The code owns the expression, zone, arguments and policy; the operator owns
     ``enabled`` (a code schedule disabled in the admin stays disabled) and the
@@ -58,7 +62,10 @@ def sync_code_schedules(using: str) -> tuple[int, int]:
             try:
                 with transaction.atomic(using=using):
                     Schedule.objects.using(using).create(
-                        name=spec.name, source=ScheduleSource.CODE, **fields
+                        name=spec.name,
+                        source=ScheduleSource.CODE,
+                        **fields,
+                        **({"created_at": now} if now is not None else {}),
                     )
                 created += 1
             except IntegrityError:  # another worker created it first

@@ -615,6 +615,8 @@ class Worker(HandlerThreads):
 
     def _begin_shutdown(self) -> None:
         self._stopping_since = time.monotonic()
+        if self._duties is not None:  # a stopping worker fires no schedule (issue 19, B16)
+            self._duties.request_stop()
         running = [entry for entry in self._inflight.values() if not entry.done]
         # A requested stop is routine: INFO. What goes wrong during it is a WARNING.
         logger.info(
