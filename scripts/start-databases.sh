@@ -12,6 +12,8 @@ dpkg -s libmariadb-dev >/dev/null 2>&1 || need_apt+=(libmariadb-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need_apt+=(pgbouncer)
+# tests/unit/test_translations.py runs makemessages and msgfmt against the shipped catalogues.
+command -v msgfmt >/dev/null 2>&1 || need_apt+=(gettext)
 if [ "${ARCATURE_BROWSER:-1}" = 1 ]; then
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
