@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.formats import time_format
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -111,7 +111,9 @@ class Dashboard:
     def dead_total_label(self) -> str:
         """The total of dead jobs, marked ``~`` when it is an estimate."""
         total = self.totals.get("dead", 0)
-        return f"~{total}" if self.dead_estimated else str(total)
+        # Grouped per the active locale, as the template's other counts are (floatformat:"g").
+        shown = formats.number_format(total, force_grouping=True)
+        return f"~{shown}" if self.dead_estimated else shown
 
 
 def collect(now: datetime.datetime | None = None, using: str = "default") -> Dashboard:
