@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from django_arcature import registry
 
@@ -31,8 +33,9 @@ def check_cron_library(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     names = ", ".join(sorted(specs)[:5])
     return [
         Error(
-            f"@periodic schedules are declared ({names}) but the cron library is missing.",
-            hint=EXTRA_HINT,
+            _("@periodic schedules are declared (%(names)s) but the cron library is missing.")
+            % {"names": names},
+            hint=_("Install it: %(command)s") % {"command": EXTRA_HINT},
             id="arcature.E030",
         )
     ]
@@ -81,12 +84,22 @@ def check_stored_schedules(
         return []
     if not cron_available():
         names = ", ".join(name for name, _, _ in rows[:NAMED_AT_MOST])
-        more = f" and {len(rows) - NAMED_AT_MOST} more" if len(rows) > NAMED_AT_MOST else ""
+        if len(rows) > NAMED_AT_MOST:
+            names = _("%(names)s and %(count)d more") % {
+                "names": names,
+                "count": len(rows) - NAMED_AT_MOST,
+            }
         return [
             Error(
-                f"{len(rows)} enabled schedule(s) are stored ({names}{more}) but the cron "
-                "library is missing on this host: workers here cannot fire them.",
-                hint=EXTRA_HINT,
+                ngettext(
+                    "%(count)d enabled schedule is stored (%(names)s) but the cron library is "
+                    "missing on this host: workers here cannot fire it.",
+                    "%(count)d enabled schedules are stored (%(names)s) but the cron library is "
+                    "missing on this host: workers here cannot fire them.",
+                    len(rows),
+                )
+                % {"count": len(rows), "names": names},
+                hint=_("Install it: %(command)s") % {"command": EXTRA_HINT},
                 id="arcature.E031",
             )
         ]
@@ -99,17 +112,20 @@ def check_stored_schedules(
             problems.append(f"{name}: {exc}")
     if not problems:
         return []
+    listed = "; ".join(problems[:NAMED_AT_MOST])
+    if len(problems) > NAMED_AT_MOST:
+        listed = _("%(names)s and %(count)d more") % {
+            "names": listed,
+            "count": len(problems) - NAMED_AT_MOST,
+        }
     return [
         Error(
-            "stored schedules that this host cannot evaluate (they never fire): "
-            + "; ".join(problems[:NAMED_AT_MOST])
-            + (
-                f" and {len(problems) - NAMED_AT_MOST} more"
-                if len(problems) > NAMED_AT_MOST
-                else ""
+            _("stored schedules that this host cannot evaluate (they never fire): %(problems)s")
+            % {"problems": listed},
+            hint=_(
+                "Fix or disable them in the admin (Schedules), or install the missing time "
+                "zone data (pip install tzdata)."
             ),
-            hint="Fix or disable them in the admin (Schedules), or install the missing time "
-            "zone data (pip install tzdata).",
             id="arcature.E031",
         )
     ]

@@ -28,6 +28,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext as _
 
 from django_arcature.core.decide import describe_exception
 from django_arcature.core.payloads import check_arguments
@@ -363,15 +364,18 @@ class ArcatureBackend(BaseTaskBackend):
         if not apps.is_installed("django_arcature"):
             messages.append(
                 checks.Error(
-                    f"{name} uses ArcatureBackend but 'django_arcature' is not in "
-                    "INSTALLED_APPS: there is no job table to store tasks in.",
-                    hint="Add 'django_arcature' to INSTALLED_APPS and run migrate.",
+                    _(
+                        "%(name)s uses ArcatureBackend but 'django_arcature' is not in "
+                        "INSTALLED_APPS: there is no job table to store tasks in."
+                    )
+                    % {"name": name},
+                    hint=_("Add 'django_arcature' to INSTALLED_APPS and run migrate."),
                     id="arcature.E101",
                 )
             )
             messages.extend(self._database_warnings())
         messages.extend(
-            checks.Error(problem, hint="See docs/reference/django-tasks.md.", id="arcature.E102")
+            checks.Error(problem, hint=_("See docs/reference/django-tasks.md."), id="arcature.E102")
             for problem in self.option_problems
         )
         return messages
@@ -389,9 +393,12 @@ def sqlite_mode_warnings(alias: str, database: Mapping[str, Any]) -> list[checks
         return []
     return [
         checks.Warning(
-            f"TASKS[{alias!r}] would store tasks in a SQLite database with DEFERRED "
-            "transactions: several worker processes then fail with 'database is locked'.",
-            hint="Set DATABASES['default']['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+            _(
+                "TASKS[%(alias)r] would store tasks in a SQLite database with DEFERRED "
+                "transactions: several worker processes then fail with 'database is locked'."
+            )
+            % {"alias": alias},
+            hint=_("Set DATABASES['default']['OPTIONS']['transaction_mode'] = 'IMMEDIATE'."),
             id="arcature.W101",
         )
     ]
