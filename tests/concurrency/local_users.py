@@ -111,10 +111,14 @@ def run_as(
     django: bool = False,
     env: dict[str, str] | None = None,
     timeout: float = 60,
+    imports: str = "",
 ) -> Any:
-    """Run ``code`` as ``user``; return what it printed last as JSON (it must print one)."""
+    """Run ``code`` as ``user``; return what it printed last as JSON (it must print one).
+
+    ``django`` sets Django up (and ``imports`` runs) before root is dropped.
+    """
     done = subprocess.run(
-        _command(user, code, DJANGO_IMPORTS if django else ""),
+        _command(user, code, (DJANGO_IMPORTS if django else "") + textwrap.dedent(imports)),
         cwd=REPO,
         env=_env(env),
         capture_output=True,

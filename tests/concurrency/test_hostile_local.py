@@ -372,3 +372,38 @@ def test_an_unprivileged_worker_fails_clearly_on_a_planted_health_link(
     assert mine.read_text() == "precious"
     assert os.path.islink(target)
     assert [p.name for p in shared.iterdir() if p.name.startswith(".health")] == []
+
+
+_WORKER_AS_OWNER = """
+from django.core.management import call_command
+from django_arcature.management.commands import arcature_worker  # noqa: F401
+connections["default"].ensure_connection()
+connections["default"].close()
+"""
+
+
+@pytest.mark.only_on(
+    "postgresql", "mysql", reason="an unprivileged process cannot write root's SQLite file"
+)
+@pytest.mark.django_db(transaction=True)
+def test_an_unprivileged_worker_runs_jobs_with_its_own_private_hint_folder(
+    owner: pwd.struct_passwd, shared: Path
+) -> None:
+    job = Job.objects.enqueue("tests.add", args=[2, 3])
+    found = run_as(
+        owner,
+        """
+        call_command("arcature_worker", "--burst", "-v", "2", "--no-listen")
+        base = os.path.join(os.environ["TMPDIR"], f"arcature-wake-{os.getuid()}")
+        info = os.lstat(base)
+        print(json.dumps({"uid": info.st_uid, "mode": stat.S_IMODE(info.st_mode)}))
+        """,
+        django=True,
+        env={"TMPDIR": str(shared)},
+        imports=_WORKER_AS_OWNER,
+    )
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, found["stderr"]
+    assert "started" in found["stderr"], "the worker's log is read"
+    assert "hints are off" not in found["stderr"]
+    assert found["uid"] == owner.pw_uid
+    assert found["mode"] == 0o700
