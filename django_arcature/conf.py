@@ -65,8 +65,9 @@ DEFAULTS: dict[str, Any] = {
     # PgBouncer in transaction mode, name an alias that reaches PostgreSQL directly
     # (or through a session-mode pool) so idle workers still wake at once.
     "LISTEN_DATABASE": None,
-    # Where workers bind their same-host wake-up sockets (None: the system's temp
-    # folder). Enqueues on this host nudge idle workers through them after commit.
+    # Where workers bind their same-host wake-up sockets (None: a folder of this Unix
+    # user's own, in XDG_RUNTIME_DIR or the temp folder; django_arcature.hints).
+    # Enqueues on this host nudge idle workers through them after commit.
     "WAKE_HINTS": True,
     "WAKE_HINT_DIR": None,
     # Run jobs inline at enqueue time (for tests); still validated and recorded.
