@@ -98,6 +98,7 @@ def _layout(using: str, conf: ArcatureSettings | None = None) -> _Layout:
         configured,
         os.environ.get("XDG_RUNTIME_DIR"),
         tempfile.gettempdir(),
+        os.geteuid(),  # a process that changed its user gets that user's folder
     )
     found = _layouts.get(key)
     if found is None:
@@ -138,7 +139,8 @@ def _verify(layout: _Layout, *, create: bool) -> None:
             os.makedirs(layout.base, mode=0o700, exist_ok=True)
         check_holding_folder(layout.base)
     else:
-        assert layout.holder is not None
+        if layout.holder is None:  # pragma: no cover - every default layout has one
+            raise UnsafeFolderError(layout.base, "has no known parent", _SETTING_FIX)
         if layout.runtime:
             check_private_folder(layout.holder)
         else:
