@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from .core.hint_paths import ADDED_BYTES, SOCKET_PATH_MAX_BYTES, WAKE_HINT_DIR_MAX_BYTES
 from .core.limits import MAX_ATTEMPTS_MAX, MAX_TIMEOUT_SECONDS, QUEUE_MAX_LENGTH, name_problem
 from .core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from .core.retry import MAX_DELAY_SECONDS, RetryPolicy
@@ -64,8 +65,9 @@ DEFAULTS: dict[str, Any] = {
     # PgBouncer in transaction mode, name an alias that reaches PostgreSQL directly
     # (or through a session-mode pool) so idle workers still wake at once.
     "LISTEN_DATABASE": None,
-    # Where workers bind their same-host wake-up sockets (None: the system's temp
-    # folder). Enqueues on this host nudge idle workers through them after commit.
+    # Where workers bind their same-host wake-up sockets (None: a folder of this Unix
+    # user's own, in XDG_RUNTIME_DIR or the temp folder; django_arcature.hints).
+    # Enqueues on this host nudge idle workers through them after commit.
     "WAKE_HINTS": True,
     "WAKE_HINT_DIR": None,
     # Run jobs inline at enqueue time (for tests); still validated and recorded.
@@ -230,8 +232,17 @@ _RULES: dict[str, tuple[Any, str]] = {
     ),
     "WAKE_HINTS": (lambda v: isinstance(v, bool), "True or False"),
     "WAKE_HINT_DIR": (
-        lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 80 and os.path.isabs(v)),
-        "None or an absolute folder path of at most 80 characters (Unix socket paths are short)",
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, str)
+                and os.path.isabs(v)
+                and 0 < len(os.fsencode(v)) <= WAKE_HINT_DIR_MAX_BYTES
+            )
+        ),
+        f"None or an absolute folder path of at most {WAKE_HINT_DIR_MAX_BYTES} bytes, e.g. "
+        f"'/run/arcature' (a worker's socket, {ADDED_BYTES} bytes further down, must fit in "
+        f"the {SOCKET_PATH_MAX_BYTES} bytes of a Unix socket path)",
     ),
     "EAGER": (lambda v: isinstance(v, bool), "True or False"),
     "MAX_PAYLOAD_BYTES": (
