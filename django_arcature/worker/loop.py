@@ -205,6 +205,11 @@ class Worker(HandlerThreads):
         self._hints: HintReceiver | None = None
         self._fault = _Fault()
         self._stop_requested = 0
+        # External signals only: a stop the worker asks of itself (recycling, the
+        # abandoned-thread limit) or a call to stop() must not make the supervisor's
+        # first SIGTERM count as a second one.
+        self._signals_received = 0
+        self._loop_done = False
         self._stopping_since: float | None = None
         self._idle_wait = self._min_poll
         self._avg_job_seconds: float | None = None
@@ -243,6 +248,9 @@ class Worker(HandlerThreads):
         try:
             self._loop_until_done()
         finally:
+            self._loop_done = (
+                True  # every job is written or released: a signal has nothing to force
+            )
             if self._duties is not None:
                 self._duties.stop()
             self._shutdown_threads()
@@ -747,7 +755,16 @@ class Worker(HandlerThreads):
             signal.signal(signum, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stop_requested:
+        """SIGTERM/SIGINT: the first asks for a graceful stop, the second forces the exit.
+
+        Only signals count towards the second: a worker that stopped itself is
+        shutting down gracefully already, and its supervisor's first SIGTERM
+        (sent because it saw the worker stop) must not end that early.
+        """
+        if self._loop_done:
+            return  # the loop has ended: nothing is left to finish or to force
+        self._signals_received += 1
+        if self._signals_received > 1:
             os.write(
                 2,
                 f"second {signal.Signals(signum).name}: exiting now; leases will "
