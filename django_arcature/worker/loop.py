@@ -258,9 +258,8 @@ class Worker(HandlerThreads):
         try:
             self._loop_until_done()
         finally:
-            self._loop_done = (
-                True  # every job is written or released: a signal has nothing to force
-            )
+            # Every job is written or released: a signal has nothing left to force.
+            self._loop_done = True
             if self._duties is not None:
                 self._duties.stop()
             self._shutdown_threads()
