@@ -104,6 +104,17 @@ soak-schedules: venv databases
 	    tests/concurrency/test_ops_processes.py -k exactly_one || exit 1; \
 	done
 
+# --- soak: fleet limits under faults (issue 19) ---------------------------------------------
+# More jobs and rounds of cancels, abandoned threads and SIGKILLs (ARCATURE_SOAK=1).
+.PHONY: soak-limits
+soak: soak-limits
+soak-limits: venv databases
+	$(PY) -m pip install -q mysqlclient
+	for db in sqlite postgres mysql; do \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -s -p no:cacheprovider \
+	    tests/limits || exit 1; \
+	done
+
 clean:
 	rm -rf $(VENV) .tox var build dist *.egg-info
 

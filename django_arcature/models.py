@@ -157,5 +157,5 @@ class DeadJob(Job):
 
 
 # Models of the sub-packages register here, with this app.
-from .queues.models import QueueState  # noqa: E402, F401
+from .queues.models import QueueState, SlotHold  # noqa: E402, F401
 from .schedules.models import Schedule  # noqa: E402, F401

@@ -20,21 +20,56 @@ class OperatorWrites(JobWriter):
     """What a person may do to a job; each write filters on the states it may leave."""
 
     def cancel(self, job_id: uuid.UUID) -> int:
-        """pending/running → cancelled. A running job's later completion is fenced out."""
-        rows = (
-            self.using(self.db)
-            .filter(id=job_id, status__in=ACTIVE_STATUSES)
-            .update(
-                status=JobStatus.CANCELLED,
-                claim_token=None,
-                unique_key=None,
-                lease_expires_at=None,
-                finished_at=DatabaseNow(),
+        """pending/running → cancelled. A running job's later completion is fenced out.
+
+        In a queue with a concurrency limit, cancelling a running job does not
+        free its slot: its handler may run on. The cancel records a slot hold
+        for that claim in the same transaction, which the worker deletes once
+        the handler has ended (see :mod:`django_arcature.queues.occupancy`).
+        """
+        from django_arcature.queues.limits import read_limits
+
+        limited = {name for name, limit in read_limits().items() if limit.concurrency}
+        fields: dict[str, Any] = {
+            "status": JobStatus.CANCELLED,
+            "claim_token": None,
+            "unique_key": None,
+            "lease_expires_at": None,
+            "finished_at": DatabaseNow(),
+        }
+        active = self.using(self.db).filter(id=job_id, status__in=ACTIVE_STATUSES)
+        if not limited:
+            rows = active.update(**fields)
+        else:
+            rows = retry_on_lock_conflict(
+                self.db, lambda: self._cancel_holding_the_slot(job_id, fields, limited)
             )
-        )
         if rows:
             signals.job_cancelled.send(sender=self.model, job_id=job_id)
         return rows
+
+    def _cancel_holding_the_slot(
+        self, job_id: uuid.UUID, fields: dict[str, Any], limited: set[str]
+    ) -> int:
+        from django_arcature.queues.occupancy import Held, hold_slots
+
+        jobs = self.using(self.db)
+        with transaction.atomic(using=self.db):
+            for _ in range(3):  # the claim read may end (or a new one start) under us
+                found = (
+                    jobs.filter(id=job_id, status=JobStatus.RUNNING)
+                    .values_list("claim_token", "queue", "locked_by", "lease_expires_at")
+                    .first()
+                )
+                token, queue, worker, expires = found or (None, "", "", None)
+                if token is None or queue not in limited:
+                    return int(jobs.filter(id=job_id, status__in=ACTIVE_STATUSES).update(**fields))
+                # Compare-and-set on the claim read: the hold names the claim cancelled.
+                cancelled = jobs.filter(id=job_id, status=JobStatus.RUNNING, claim_token=token)
+                if cancelled.update(**fields):
+                    hold_slots(self.db, [Held(token, job_id, queue)], worker, expires_at=expires)
+                    return 1
+            return int(jobs.filter(id=job_id, status=JobStatus.PENDING).update(**fields))
 
     def requeue_dead(self, job_id: uuid.UUID) -> int:
         """dead → pending as a new life; 1 if requeued, 0 if not dead or its key is taken.

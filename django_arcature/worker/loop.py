@@ -37,6 +37,13 @@ from django_arcature.context import JobContext
 from django_arcature.db import ClaimedJob
 from django_arcature.hints import HintReceiver
 from django_arcature.queues.gate import QueueGate
+from django_arcature.queues.occupancy import (
+    Held,
+    extend_holds,
+    hold_slots,
+    purge_expired,
+    release_holds,
+)
 from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.worker.duties import Duties
 from django_arcature.worker.recycling import Drain, Recycler, pending_left
@@ -205,6 +212,14 @@ class Worker(HandlerThreads):
         self._hints: HintReceiver | None = None
         self._fault = _Fault()
         self._stop_requested = 0
+        # External signals only: a stop the worker asks of itself (recycling, the
+        # abandoned-thread limit) or a call to stop() must not make the supervisor's
+        # first SIGTERM count as a second one.
+        self._signals_received = 0
+        # Slot holds of this worker's handlers that run on after their rows left
+        # `running` (cancelled, written off, handed back): queues/occupancy.py.
+        self._held: dict[ClaimKey, Held] = {}
+        self._loop_done = False
         self._stopping_since: float | None = None
         self._idle_wait = self._min_poll
         self._avg_job_seconds: float | None = None
@@ -243,9 +258,12 @@ class Worker(HandlerThreads):
         try:
             self._loop_until_done()
         finally:
+            # Every job is written or released: a signal has nothing left to force.
+            self._loop_done = True
             if self._duties is not None:
                 self._duties.stop()
             self._shutdown_threads()
+            self._reconcile_holds(extend=False)  # the handlers that ended free their slots
             self._restore_signals(previous)
             if self._health is not None:
                 self._health.stopped(self._exit_status, jobs_finished=self.stats.finished)
@@ -264,6 +282,7 @@ class Worker(HandlerThreads):
                 self._report_health(self._health)
             if self._database_usable():
                 self._maybe_heartbeat()
+                self._reconcile_holds(extend=False)
                 self._flush()
                 self._maybe_sweep()
                 if self._finish_shutdown_if_due():
@@ -461,6 +480,7 @@ class Worker(HandlerThreads):
             entry = self._inflight.get(done.key)
             if entry is not None and entry.lost:
                 self._inflight.pop(done.key, None)
+                self._track_hold(entry.job)  # a cancel's hold, if any: its handler has ended
                 self.stats.lost += 1
                 logger.warning(
                     "job %s (%s): its claim was lost while it ran, so its %s was not "
@@ -474,6 +494,8 @@ class Worker(HandlerThreads):
         self._finished = batch
         if not batch:
             return
+        if not self._hold_written_off(batch):
+            return  # kept; the holds and then the write are tried again
         manager = Job.objects.db_manager(self.using)
         written = self._guarded(
             "completion",
@@ -486,6 +508,8 @@ class Worker(HandlerThreads):
             entry = self._inflight.pop(done.key, None)
             completion = landed.completion
             if landed.outcome is ClaimTransition.LOST:
+                if entry is not None:
+                    self._track_hold(entry.job)  # cancelled after its handler ended
                 self.stats.lost += 1
                 logger.warning(
                     "job %s (%s): claim lost before its %s was written (cancelled, or the "
@@ -537,8 +561,10 @@ class Worker(HandlerThreads):
             lost = self._guarded("heartbeat", lambda: manager.heartbeat_many(claims, self.lease))
             if lost is None:
                 return
+            self._hold_lost([self._inflight[key] for key in lost if key in self._inflight])
             for key in lost:
                 self._on_lost(key)
+        self._reconcile_holds(extend=True)
         self._next_heartbeat = time.monotonic() + self.lease / 3
 
     def _on_lost(self, key: ClaimKey) -> None:
@@ -574,6 +600,8 @@ class Worker(HandlerThreads):
         if swept:
             logger.warning("recovered %d job(s) whose lease had expired", swept)
             self._idle_wait = self._min_poll
+        if self._gate.limits:
+            self._guarded("slot holds", functools.partial(purge_expired, self.using))
         self._next_sweep = time.monotonic() + self.conf.sweep_interval
 
     def _drained(self, claimed: int) -> bool:
@@ -610,6 +638,81 @@ class Worker(HandlerThreads):
         if reason is not None:
             logger.warning("worker %s recycling: it %s", self.worker_id, reason)
             self.stop()
+
+    # --- slots held by handlers whose rows left `running` (queues/occupancy.py) ----------
+
+    def _holds_slot(self, job: ClaimedJob) -> bool:
+        limit = self._gate.limits.get(job.queue)
+        return limit is not None and limit.concurrency is not None
+
+    def _track_hold(self, job: ClaimedJob) -> None:
+        """Follow a hold this worker did not write (a cancel's) until its handler ends."""
+        if self._holds_slot(job):
+            self._held[(job.id, job.claim_token)] = Held(job.claim_token, job.id, job.queue)
+
+    def _hold_slots_of(self, jobs: Sequence[ClaimedJob]) -> bool:
+        """Write holds for these claims (idempotent) and follow them; False if the write failed."""
+        held = {
+            (job.id, job.claim_token): Held(job.claim_token, job.id, job.queue)
+            for job in jobs
+            if self._holds_slot(job)
+        }
+        if not held:
+            return True
+        values = list(held.values())
+        written = self._guarded(
+            "slot holds",
+            lambda: hold_slots(self.using, values, self.worker_id, lease_seconds=self.lease),
+        )
+        if written is None:
+            return False
+        self._held.update(held)
+        return True
+
+    def _hold_lost(self, entries: Sequence[_InFlight]) -> None:
+        """Claims a heartbeat found gone: a handler that runs on keeps its slot.
+
+        Cancelled, the hold is there already; swept (the lease ran out), it is
+        written now, so that at least no further claim overlaps this handler.
+        """
+        self._hold_slots_of([entry.job for entry in entries if entry.started])
+        for entry in entries:
+            self._track_hold(entry.job)
+
+    def _hold_written_off(self, batch: Sequence[_Done]) -> bool:
+        """Before writing the timeout of an abandoned thread still running, hold its slot."""
+        running = self._handlers_running()
+        jobs = [
+            entry.job
+            for done in batch
+            if done.key in running and (entry := self._inflight.get(done.key)) is not None
+        ]
+        return self._hold_slots_of(jobs)
+
+    def _handlers_running(self) -> set[ClaimKey]:
+        """The claims whose handlers are running now, abandoned threads included."""
+        with self._lock:
+            return {
+                slot.entry.key
+                for slot in self._slots
+                if slot.entry is not None and slot.thread is not None and slot.thread.is_alive()
+            }
+
+    def _reconcile_holds(self, *, extend: bool) -> None:
+        """Delete the holds whose handlers have ended; ``extend`` the others (a heartbeat)."""
+        if not self._held:
+            return
+        running = self._handlers_running()
+        gone = [key for key in self._held if key not in running]
+        if gone:
+            tokens = [self._held[key].claim_token for key in gone]
+            if self._guarded("slot holds", lambda: release_holds(self.using, tokens)) is None:
+                return
+            for key in gone:
+                self._held.pop(key, None)
+        if extend and self._held:
+            tokens = [held.claim_token for held in self._held.values()]
+            self._guarded("slot holds", lambda: extend_holds(self.using, tokens, self.lease))
 
     # --- shutdown ------------------------------------------------------------------------
 
@@ -649,6 +752,8 @@ class Worker(HandlerThreads):
         running = [entry for entry in self._inflight.values() if not entry.done]
         for entry in running:
             entry.context.cancel("shutdown")
+        # Handed back while their handlers may still run: they keep their slots until then.
+        self._hold_slots_of([entry.job for entry in running if entry.started])
         self._release(running, f"still running after {self.shutdown_timeout:g}s")
         self._flush()
         if self._finished:  # the database failed again: leases will recover these
@@ -749,7 +854,16 @@ class Worker(HandlerThreads):
             signal.signal(signum, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stop_requested:
+        """SIGTERM/SIGINT: the first asks for a graceful stop, the second forces the exit.
+
+        Only signals count towards the second: a worker that stopped itself is
+        shutting down gracefully already, and its supervisor's first SIGTERM
+        (sent because it saw the worker stop) must not end that early.
+        """
+        if self._loop_done:
+            return  # the loop has ended: nothing is left to finish or to force
+        self._signals_received += 1
+        if self._signals_received > 1:
             os.write(
                 2,
                 f"second {signal.Signals(signum).name}: exiting now; leases will "
