@@ -44,6 +44,9 @@ INSTALLED_APPS = [
     "modelcluster",
     "tests.thirdparty.site",
 ]
+# On PostgreSQL, Wagtail's search index uses django.contrib.postgres' search fields.
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    INSTALLED_APPS.append("django.contrib.postgres")
 # On Django 5.2 the tasks framework is the django-tasks backport, an app of its own.
 if django.VERSION < (6, 0):
     INSTALLED_APPS.append("django_tasks")
