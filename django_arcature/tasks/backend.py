@@ -34,6 +34,7 @@ from django_arcature.core.payloads import check_arguments
 from django_arcature.core.retry import RetryPolicy
 from django_arcature.exceptions import MalformedPayload
 
+from .arguments import stored_arguments
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -159,36 +160,26 @@ def task[**P, R](
     return wrapper
 
 
-@dataclass(frozen=True)
-class _Signature:
-    signature: inspect.Signature
-    hints: Mapping[str, Any]
-
-
-_signatures: dict[Callable[..., Any], _Signature] = {}
+_signatures: dict[Callable[..., Any], inspect.Signature] = {}
 _signatures_lock = threading.Lock()
 
 
-def _signature_of(func: Callable[..., Any]) -> _Signature:
+def _signature_of(func: Callable[..., Any]) -> inspect.Signature:
     cached = _signatures.get(func)
     if cached is None:
-        try:
-            hints = typing.get_type_hints(func)
-        except Exception:  # unresolvable forward references: check the signature only
-            hints = {}
-        hints.pop("return", None)
-        cached = _Signature(inspect.signature(func), hints)
+        cached = inspect.signature(func)
         with _signatures_lock:
             _signatures[func] = cached
     return cached
 
 
 class InvalidTaskArguments(MalformedPayload, TypeError):
-    """Arguments a task cannot be enqueued with (not JSON, or not fitting its function).
+    """Stored arguments that do not fit the task's function (found by the worker).
 
-    A TypeError too, as django.tasks promises for arguments it cannot carry
-    (and as calling the function with them would raise); still a
-    MalformedPayload for code that catches ours.
+    A TypeError, as calling the function with them would raise; still a
+    MalformedPayload for code that catches ours. Enqueue does not raise it:
+    the framework takes any call, so a mismatch is found when the task runs
+    (the job then goes dead as ``malformed``, without retries).
     """
 
 
@@ -241,13 +232,17 @@ class ArcatureBackend(BaseTaskBackend):
     def check_arguments(
         self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> None:
-        """Raise InvalidTaskArguments unless the arguments are JSON and fit the function."""
-        found = _signature_of(task.func)
+        """Raise InvalidTaskArguments unless the arguments bind to the function.
+
+        Only the signature: annotations are not enforced (neither Python nor
+        the framework does), and the worker runs this on arguments read back
+        from JSON, which are JSON by construction.
+        """
         try:
             check_arguments(
                 task.func,
-                found.signature,
-                found.hints,
+                _signature_of(task.func),
+                {},
                 args,
                 kwargs,
                 skip_first=task.takes_context,
@@ -298,9 +293,7 @@ class ArcatureBackend(BaseTaskBackend):
         self._ensure_configured()
         self.validate_task(task)
         self._ensure_reachable(task)
-        args = list(args)
-        kwargs = dict(kwargs)
-        self.check_arguments(task, args, kwargs)
+        args, kwargs = stored_arguments(args, kwargs)
         overrides = self.overrides_for(task)
         job = Job.objects.enqueue(
             task.module_path,
