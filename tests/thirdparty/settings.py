@@ -23,6 +23,10 @@ TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 
 DATABASES = {"default": parse(database_url(), BASE_DIR)}
+# One media folder per database name, shared by the test process and its workers
+# (named before a worker switches to the test database): a deleted image's file
+# must disappear from here when its job runs.
+MEDIA_ROOT = BASE_DIR / "var" / f"thirdparty-media-{Path(str(DATABASES['default']['NAME'])).stem}"
 if os.environ.get("ARCATURE_USE_TEST_DATABASE") == "1":
     DATABASES["default"]["NAME"] = (
         DATABASES["default"].get("TEST", {}).get("NAME") or "test_" + DATABASES["default"]["NAME"]
@@ -62,9 +66,6 @@ TEMPLATES = [
     }
 ]
 
-# One media folder per database name, shared by the test process and its workers:
-# a deleted image's file must disappear from here when its job runs.
-MEDIA_ROOT = BASE_DIR / "var" / f"thirdparty-media-{Path(str(DATABASES['default']['NAME'])).stem}"
 MEDIA_URL = "/media/"
 STATIC_URL = "/static/"
 
