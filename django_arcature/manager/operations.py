@@ -14,24 +14,40 @@ from django_arcature.db import DatabaseNow, retry_on_lock_conflict
 from django_arcature.states import ACTIVE_STATUSES, JobStatus
 
 from .base import JobWriter
+from .dependencies import CANCELLED, resume, settle
+
+#: What an operator may cancel: live jobs, and workflow nodes still waiting.
+CANCELLABLE_STATUSES = (*ACTIVE_STATUSES, JobStatus.WAITING)
 
 
 class OperatorWrites(JobWriter):
     """What a person may do to a job; each write filters on the states it may leave."""
 
     def cancel(self, job_id: uuid.UUID) -> int:
-        """pending/running → cancelled. A running job's later completion is fenced out."""
-        rows = (
-            self.using(self.db)
-            .filter(id=job_id, status__in=ACTIVE_STATUSES)
-            .update(
-                status=JobStatus.CANCELLED,
-                claim_token=None,
-                unique_key=None,
-                lease_expires_at=None,
-                finished_at=DatabaseNow(),
-            )
-        )
+        """pending/running/waiting → cancelled. A running job's later completion is fenced out.
+
+        Dependents of a workflow node that needed it to succeed (or fail) are
+        cancelled too, naming it; ``when="always"`` dependents may be released.
+        """
+
+        def operation() -> int:
+            with transaction.atomic(using=self.db):
+                rows = (
+                    self.using(self.db)
+                    .filter(id=job_id, status__in=CANCELLABLE_STATUSES)
+                    .update(
+                        status=JobStatus.CANCELLED,
+                        claim_token=None,
+                        unique_key=None,
+                        lease_expires_at=None,
+                        finished_at=DatabaseNow(),
+                    )
+                )
+                if rows:  # workflow hook: what waited on it, in this transaction
+                    settle(self.db, self.model, {job_id: CANCELLED})
+                return rows
+
+        rows = retry_on_lock_conflict(self.db, operation)
         if rows:
             signals.job_cancelled.send(sender=self.model, job_id=job_id)
         return rows
@@ -60,12 +76,16 @@ class OperatorWrites(JobWriter):
                 fields = _new_life_fields()
                 key = restorable_unique_key(*row)
                 if key is None:
-                    return dead.update(**fields)
-                try:
-                    with transaction.atomic(using=self.db):
-                        return dead.update(**fields, unique_key=key)
-                except IntegrityError:  # a live job holds the key
-                    return 0
+                    rows = dead.update(**fields)
+                else:
+                    try:
+                        with transaction.atomic(using=self.db):
+                            rows = dead.update(**fields, unique_key=key)
+                    except IntegrityError:  # a live job holds the key
+                        return 0
+                if rows:  # workflow hook: the nodes its death cancelled come back
+                    resume(self.db, self.model, job_id)
+                return rows
 
         rows = retry_on_lock_conflict(self.db, operation)
         if rows:
