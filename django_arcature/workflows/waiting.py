@@ -61,7 +61,8 @@ async def async_wait(job: Job, timeout: float = 30.0) -> Job:
     """:func:`wait` for async views: the event loop runs on while the job is polled."""
     from asgiref.sync import sync_to_async
 
-    _check(job, timeout)
+    # Through sync_to_async like every read: the connection belongs to its thread.
+    await sync_to_async(_check)(job, timeout)
     deadline = time.monotonic() + timeout
     pause = FIRST_POLL
     while not await sync_to_async(_finished)(job):

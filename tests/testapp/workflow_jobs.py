@@ -53,3 +53,15 @@ def report_progress() -> list[bool]:
 @job(name="wf.batch_done")
 def batch_done(batch_id: str) -> str:
     return batch_id
+
+
+@job(name="wf.record", max_attempts=3)
+def record(path: str, label: str, seconds: float = 0.0) -> str:
+    """Append ``label`` to ``path`` (one line per run), after ``seconds``."""
+    import time
+
+    if seconds:
+        time.sleep(seconds)
+    with open(path, "a") as runs:
+        runs.write(label + "\n")
+    return label
