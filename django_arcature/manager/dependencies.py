@@ -282,11 +282,14 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
     """
     m = _models()
     nodes = m.WorkflowNode.objects.using(using)
-    found = nodes.filter(job_id=job_id).values_list("batch_id", flat=True).first()
-    if not nodes.filter(job_id=job_id).exists():
+    row = nodes.filter(job_id=job_id).values_list("batch_id", "workflow__cancelled_at").first()
+    if row is None:
         return []
-    if found is not None:
-        uncount_member(using, job_id, found, FAILED)
+    batch_id, workflow_cancelled = row
+    if batch_id is not None:
+        uncount_member(using, job_id, batch_id, FAILED)
+    if workflow_cancelled is not None:
+        return []  # a cancelled workflow stays cancelled; only this job runs again
     edges = m.WorkflowEdge.objects.using(using)
     # Every node cancelled, directly or not, because of this one.
     cancelled: set[uuid.UUID] = set()
