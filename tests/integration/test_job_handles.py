@@ -132,3 +132,14 @@ def test_cancel_requested_follows_the_cancel_event() -> None:
     assert context.cancel_requested is False
     context.cancel("lost")
     assert context.cancel_requested is True
+
+
+def test_django_tasks_reports_a_waiting_node_as_ready() -> None:
+    """A node's id given to the django.tasks backend: waiting reads as READY (not started)."""
+    from django_arcature.tasks.compat import TaskResultStatus
+    from tests.integration import backend_tasks
+
+    result = backend_tasks.add.enqueue(1, 2)
+    # Stands in for a workflow node of that task, still waiting for its dependencies.
+    Job.objects.filter(pk=result.id).update(status=JobStatus.WAITING)
+    assert backend_tasks.add.get_result(result.id).status == TaskResultStatus.READY
