@@ -341,3 +341,18 @@ def test_drain_runs_a_whole_workflow() -> None:
     assert summary.succeeded == 7
     assert status(ship) == "succeeded"
     assert Job.objects.filter(status=JobStatus.CANCELLED).count() == 1
+
+
+def test_admin_lists_and_shows_waiting_nodes(admin_user: object) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    _, (a, _b, _c, d) = diamond()
+    client = Client()
+    client.force_login(admin_user)  # type: ignore[arg-type]
+    listing = client.get(reverse("admin:django_arcature_job_changelist"), {"status": "waiting"})
+    assert listing.status_code == 200
+    assert str(d.job_id) in listing.content.decode()
+    assert str(a.job_id) not in listing.content.decode()
+    page = client.get(reverse("admin:django_arcature_job_change", args=[d.job_id]))
+    assert page.status_code == 200
