@@ -93,6 +93,8 @@ class Completion:
     #: ``time.monotonic()`` when ``retry_delay`` was decided: a batched write that lands
     #: later waits only what is left of the backoff, still on the database's clock.
     decided_monotonic: float | None = None
+    #: A snooze (``raise Snooze``) gives its attempt back: the attempts to store, else None.
+    attempts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -330,6 +332,8 @@ def transition_fields_sized(
             truncate_for_storage(completion.message, conf.message_max_bytes),
             truncate_for_storage(completion.traceback, conf.traceback_max_bytes),
         )
+        if completion.attempts is not None:
+            fields["attempts"] = completion.attempts
     elif completion.kind == "dead":
         fields = dead_fields(
             known_error_kind(completion.error_kind),

@@ -44,6 +44,7 @@ from django_arcature.transitions import (
 )
 
 from .base import JobWriter
+from .dependencies import settle_completions
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +238,7 @@ class CompletionWrites(JobWriter):
                     fenced = self._fenced(completion.job_id, completion.claim_token)
                     if fenced.update(**item.fields):
                         landed.add(item.key)
+                self._settle_dependents(prepared, landed)
                 return landed
             driver = driver_for(self.db)
             groups: dict[tuple[str, ...], list[_Prepared]] = {}
@@ -249,7 +251,17 @@ class CompletionWrites(JobWriter):
                     ]
                     changed = driver.complete_batch(self.model, rows)
                     landed.update(item.key for item in chunk if item.key[0] in changed)
+            self._settle_dependents(prepared, landed)
         return landed
+
+    def _settle_dependents(self, prepared: Sequence[_Prepared], landed: set[ClaimKey]) -> None:
+        """Workflow hook: release or cancel what waited on the landed completions, in
+        this transaction (``manager.dependencies``). A fenced-out write releases nothing."""
+        settle_completions(
+            self.db,
+            self.model,
+            [(item.key[0], item.completion.kind) for item in prepared if item.key in landed],
+        )
 
     def _write_isolated(
         self, prepared: Sequence[_Prepared]
@@ -283,6 +295,7 @@ class CompletionWrites(JobWriter):
                 if changed:
                     landed.add(instead.key)
                 written.append(instead)
+            self._settle_dependents(written, landed)
         return written, landed
 
     def _write_row(self, item: _Prepared) -> bool:

@@ -26,6 +26,7 @@ from django_arcature.transitions import (
 )
 
 from .base import JobWriter
+from .dependencies import FAILED, settle
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
@@ -216,6 +217,8 @@ class LeaseWrites(JobWriter):
                             DecidedErrorKind.EXHAUSTED, f"{message}; no attempts left", ""
                         )
                     )
+                if dead_ids:  # workflow hook: what waited on them, in this transaction
+                    settle(self.db, self.model, dict.fromkeys(dead_ids, FAILED))
                 if requeue_ids:
                     expired().filter(id__in=requeue_ids).update(
                         status=JobStatus.PENDING,

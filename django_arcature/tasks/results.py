@@ -40,6 +40,8 @@ _LEASE_EXPIRED_TEXT = "the lease expired while running (the worker stopped heart
 #: Job states as django.tasks reports them.
 STATUS_FOR = {
     "pending": TaskResultStatus.READY,
+    # A workflow node still waiting for its dependencies: not started, as READY says.
+    "waiting": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
     "succeeded": TaskResultStatus.SUCCESSFUL,
     "dead": TaskResultStatus.FAILED,

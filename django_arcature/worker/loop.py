@@ -441,6 +441,7 @@ class Worker(HandlerThreads):
             attempt=job.attempts,
             max_attempts=job.max_attempts,
             worker_id=self.worker_id,
+            claim_token=job.claim_token,
         )
 
     def _flush_deadline(self) -> float | None:

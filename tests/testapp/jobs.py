@@ -179,4 +179,5 @@ def unique_echo(value: _Any) -> _Any:
 from . import (  # noqa: E402
     handler_fault_jobs,  # noqa: F401  (tests/faults/test_handler_*.py)
     limits_jobs,  # noqa: F401  (tests/limits/)
+    workflow_jobs,  # noqa: F401  (workflow and batch handlers)
 )
