@@ -385,3 +385,16 @@ def shrunk_completion(completion: Completion, budget: int, step: int) -> Complet
         message=truncate_for_storage(clean_text(completion.message), text),
         traceback=truncate_for_storage(clean_text(completion.traceback), text),
     )
+
+
+#: The statement budget :func:`smallest_completion` cuts for: a few KiB of log and texts.
+_SMALLEST_BUDGET = 64 * 1024
+
+
+def smallest_completion(completion: Completion) -> Completion:
+    """``completion`` with its attempt log and texts cut to a few KiB (the result kept).
+
+    What a worker writes after the same write failed several times: the server may be
+    refusing the row's size (MariaDB drops the connection instead of saying so).
+    """
+    return shrunk_completion(completion, _SMALLEST_BUDGET, 6)

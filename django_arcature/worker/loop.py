@@ -14,6 +14,7 @@ lease that any worker's sweep turns back into ``pending``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -37,7 +38,7 @@ from django_arcature.context import JobContext
 from django_arcature.db import ClaimedJob
 from django_arcature.hints import HintReceiver
 from django_arcature.queues.gate import QueueGate
-from django_arcature.transitions import ClaimTransition, Completion
+from django_arcature.transitions import ClaimTransition, Completion, smallest_completion
 from django_arcature.worker.duties import Duties
 from django_arcature.worker.recycling import Drain, Recycler, pending_left
 
@@ -61,6 +62,10 @@ MAX_FAULT_PAUSE = 5.0
 #: this many times in a row, or kept failing this many seconds.
 FLUSH_UNHEALTHY_TRIES = 5
 FLUSH_UNHEALTHY_SECONDS = 60.0
+#: After this many failed tries of the same write, its completions are cut to their
+#: smallest form (a short attempt log and texts) and written so: a row the server
+#: refuses by dropping the connection is never retried for ever as it was.
+FLUSH_SHRINK_TRIES = 3
 #: Longest a finished job waits for others to share its write, while jobs are still running.
 FLUSH_DELAY = 0.02
 #: How often (seconds) a progress line is logged while jobs flow.
@@ -483,6 +488,9 @@ class Worker(HandlerThreads):
         self._finished = batch
         if not batch:
             return
+        if self._flush_failures >= FLUSH_SHRINK_TRIES:
+            batch = [self._shrunk(done) for done in batch]
+            self._finished = batch
         manager = Job.objects.db_manager(self.using)
         written = self._guarded(
             "completion",
@@ -533,6 +541,20 @@ class Worker(HandlerThreads):
                     f": {completion.message}" if completion.message else "",
                     extra=entry.job.log_extra() if entry else {"job_id": str(completion.job_id)},
                 )
+
+    def _shrunk(self, done: _Done) -> _Done:
+        """``done`` with its completion cut to its smallest form (same claim, same fence)."""
+        smaller = smallest_completion(done.completion)
+        if smaller == done.completion:
+            return done
+        logger.error(
+            "job %s: its %s failed to be written %d times; writing it with a shortened "
+            "attempt log and error texts",
+            done.completion.job_id,
+            done.completion.kind,
+            self._flush_failures,
+        )
+        return dataclasses.replace(done, completion=smaller)
 
     def _note_flush_failure(self) -> None:
         """Count failures of the same write: heartbeats and claims may still work, so the

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from django_arcature.core.attempt_log import dropped_count
 from django_arcature.models import Job, JobStatus
 from django_arcature.worker.health import HealthFile, check
 from tests.concurrency.conftest import REPO, WorkerProcess, wait_started, wait_until
@@ -365,3 +366,48 @@ def test_a_write_that_keeps_failing_fails_the_probe_with_its_reason(
     drop_failing_completions()  # the write lands at its next try; the worker is ok again
     wait_for_state(path, "ok", worker)
     assert Job.objects.get(id=job_id).status == JobStatus.SUCCEEDED
+
+
+def refuse_long_logs() -> None:
+    """A write whose attempt log is over 6,000 bytes fails as a dropped connection would
+    (as MariaDB answers a statement over max_allowed_packet), every time it is retried."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION arcature_test_fail_completion() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'the test drops this long write' USING ERRCODE = '08006'; END $$ "
+            "LANGUAGE plpgsql"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER arcature_test_fail_completion BEFORE UPDATE ON {table} "
+            "FOR EACH ROW WHEN (NEW.status <> 'running' "
+            "AND octet_length(NEW.attempt_log::text) > 6000) "
+            "EXECUTE FUNCTION arcature_test_fail_completion()"
+        )
+    connection.close()
+
+
+@pytest.mark.only_on("postgresql", reason="the refusing server is a PL/pgSQL trigger")
+def test_a_poison_write_is_shrunk_and_lands_after_bounded_retries(
+    start_worker: StartWorker,
+) -> None:
+    """Issue 19 B1: the worker no longer retries the exact same poison write for ever."""
+    poison = Job.objects.enqueue("tests.noop")
+    plain = Job.objects.enqueue("tests.noop")
+    history = [
+        {"worker": f"old{n}", "error": {"exception_class_path": "x.Y", "traceback": "t" * 2000}}
+        for n in range(10)
+    ]
+    Job.objects.filter(id=poison.id).update(attempt_log=history)  # an earlier life, set up
+    refuse_long_logs()
+    try:
+        worker = start_worker("--burst")
+        assert worker.wait(60) == 0, worker.log
+    finally:
+        drop_failing_completions()
+    row = Job.objects.get(id=poison.id)
+    assert row.status == JobStatus.SUCCEEDED
+    assert row.attempt_log[0]["worker"] == "old0"
+    assert row.attempt_log[-1]["error"] is None
+    assert dropped_count(row.attempt_log) > 0
+    assert Job.objects.get(id=plain.id).status == JobStatus.SUCCEEDED
