@@ -29,6 +29,7 @@ from django_arcature.core.attempt_log import (
 from django_arcature.core.text import json_size
 from django_arcature.db.budget import SMALLEST_PACKET_BYTES, statement_budget
 from django_arcature.models import Job
+from django_arcature.tasks.results import DROPPED_WORKER_ID, LOST_WORKER_ID, attempt_history
 from django_arcature.transitions import ClaimTransition, Completion, wrote_claim
 from tests.integration.conftest import MakeJobs, fresh
 
@@ -154,6 +155,12 @@ def test_a_bounded_log_stays_bounded_attempt_after_attempt(make_jobs: MakeJobs) 
     assert entries[-1]["worker"] == "w30"
     assert len(entries) == ATTEMPT_LOG_KEEP_FIRST + ATTEMPT_LOG_KEEP_LATEST
     assert dropped_count(stored) + len(entries) == 30
+    # django.tasks still sees one worker and one error per attempt, the dropped ones named.
+    history = attempt_history(stored, 30, last_logged=True)
+    assert len(history.worker_ids) == len(history.errors) == 30
+    assert history.worker_ids[:2] == ["w1", DROPPED_WORKER_ID]
+    assert history.worker_ids[-1] == "w30"
+    assert LOST_WORKER_ID not in history.worker_ids
 
 
 def test_a_row_over_the_statement_budget_is_cut_before_it_is_sent(
