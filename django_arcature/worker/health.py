@@ -18,6 +18,10 @@ What the probe concludes:
 - the file is older than the allowed age: the loop is stuck, or the process died
   without a word (SIGKILL, OOM): not alive;
 - the worker wrote ``stopped`` on its way out: not alive, with its exit status.
+- the worker says ``write failing``: the same write of finished jobs keeps
+  failing while other round trips work (a row the server refuses by dropping
+  the connection); retrying looks like working, so this fails (exit 1) with
+  the error the worker recorded.
 
 Each write goes to a temporary file in the same folder and is renamed over the
 old one, so a reader sees either the previous record or the new one, never half
