@@ -105,7 +105,8 @@ def bound_attempt_log(
 
 def _bare(entry: object) -> dict[str, Any]:
     worker = entry.get("worker", "") if isinstance(entry, dict) else ""
+    succeeded = isinstance(entry, dict) and entry.get("error", "") is None
     return {
         "worker": str(worker)[:_MIN_TEXT],
-        "error": {"traceback": "[the entry was too large to keep]"},
+        "error": None if succeeded else {"traceback": "[the entry was too large to keep]"},
     }
