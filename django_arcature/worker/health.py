@@ -18,6 +18,10 @@ What the probe concludes:
 - the file is older than the allowed age: the loop is stuck, or the process died
   without a word (SIGKILL, OOM): not alive;
 - the worker wrote ``stopped`` on its way out: not alive, with its exit status.
+- the worker says ``write failing``: the same write of finished jobs keeps
+  failing while other round trips work (a row the server refuses by dropping
+  the connection); retrying looks like working, so this fails (exit 1) with
+  the error the worker recorded.
 
 Each write goes to a new file with a random name in the same folder (created
 exclusively, never through a symbolic link) and is renamed over the old one, so a
@@ -72,8 +76,11 @@ OK = "ok"
 DATABASE_UNREACHABLE = "database unreachable"
 STOPPING = "stopping"
 STOPPED = "stopped"
+#: The same write of finished jobs keeps failing while other round trips work (a row
+#: the server refuses by dropping the connection): not healthy, whatever the database.
+WRITE_FAILING = "write failing"
 #: States of a running worker; ``stopped`` is the only one written by a worker that has ended.
-RUNNING_STATES = frozenset({STARTING, OK, DATABASE_UNREACHABLE, STOPPING})
+RUNNING_STATES = frozenset({STARTING, OK, DATABASE_UNREACHABLE, STOPPING, WRITE_FAILING})
 
 
 class HealthFileError(ValueError):
@@ -108,10 +115,19 @@ class HealthFile:
                 f"cannot write the health file {self.path}: {exc.strerror or exc}"
             ) from exc
 
-    def report(self, *, stopping: bool, database_failures: int, **details: Any) -> None:
-        """The loop's state in one call: stopping, else whether its last round trip failed."""
+    def report(
+        self, *, stopping: bool, database_failures: int, failing_write: str = "", **details: Any
+    ) -> None:
+        """The loop's state in one call: stopping, else whether its last round trip failed.
+
+        ``failing_write`` (the loop's reason, once the same write has failed too often)
+        turns the state to ``write failing``: retrying cannot be told from working.
+        """
         if stopping:
             state = STOPPING
+        elif failing_write:
+            state = WRITE_FAILING
+            details = {**details, "failing_write": failing_write}
         elif database_failures:
             state = DATABASE_UNREACHABLE
         else:
@@ -245,6 +261,13 @@ def check(
             False,
             f"{who} last wrote its health file {age:.1f}s ago (max age {max_age:g}s, "
             f"state then: {state}): its main loop is stuck or the process is gone",
+        )
+    if state == WRITE_FAILING:
+        return Verdict(
+            False,
+            f"{who} cannot write its finished jobs' outcomes "
+            f"({record.get('failing_writes', '?')} failed tries of the same write): "
+            f"{record.get('failing_write', '?')}",
         )
     if state == DATABASE_UNREACHABLE and require_database:
         return Verdict(

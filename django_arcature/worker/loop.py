@@ -14,6 +14,7 @@ lease that any worker's sweep turns back into ``pending``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -44,7 +45,7 @@ from django_arcature.queues.occupancy import (
     purge_expired,
     release_holds,
 )
-from django_arcature.transitions import ClaimTransition, Completion
+from django_arcature.transitions import ClaimTransition, Completion, smallest_completion
 from django_arcature.worker.duties import Duties
 from django_arcature.worker.recycling import Drain, Recycler, pending_left
 
@@ -64,6 +65,14 @@ __all__ = ["EXIT_TOO_MANY_ABANDONED_THREADS", "Worker", "WorkerStats", "default_
 FAST_JOB_SECONDS = 0.05
 #: Longest pause between tries while the database is unreachable.
 MAX_FAULT_PAUSE = 5.0
+#: The health file says ``write failing`` once the same write of finished jobs has failed
+#: this many times in a row, or kept failing this many seconds.
+FLUSH_UNHEALTHY_TRIES = 5
+FLUSH_UNHEALTHY_SECONDS = 60.0
+#: After this many failed tries of the same write, its completions are cut to their
+#: smallest form (a short attempt log and texts) and written so: a row the server
+#: refuses by dropping the connection is never retried for ever as it was.
+FLUSH_SHRINK_TRIES = 3
 #: Longest a finished job waits for others to share its write, while jobs are still running.
 FLUSH_DELAY = 0.02
 #: How often (seconds) a progress line is logged while jobs flow.
@@ -230,6 +239,9 @@ class Worker(HandlerThreads):
         self._last_request = 0
         self._last_claim_empty = False
         self._first_finished_at = 0.0
+        self._flush_failures = 0
+        self._flush_failing_since = 0.0
+        self._last_fault = ""
         self._health = self._open_health_file(health_file)
 
     # --- public ------------------------------------------------------------------
@@ -373,6 +385,8 @@ class Worker(HandlerThreads):
         fault.failures += 1
         fault.pause = min(max(fault.pause * 2, 0.1), MAX_FAULT_PAUSE)
         fault.until = time.monotonic() + fault.pause
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        self._last_fault = f"{type(exc).__name__}: {first_line}"[:500]
         logger.warning(
             "database error during %s (%s: %s); retrying in %.1fs",
             step,
@@ -497,13 +511,18 @@ class Worker(HandlerThreads):
             return
         if not self._hold_written_off(batch):
             return  # kept; the holds and then the write are tried again
+        if self._flush_failures >= FLUSH_SHRINK_TRIES:
+            batch = [self._shrunk(done) for done in batch]
+            self._finished = batch
         manager = Job.objects.db_manager(self.using)
         written = self._guarded(
             "completion",
             lambda: manager.write_completions([done.completion for done in batch]),
         )
         if written is None:
+            self._note_flush_failure()
             return  # kept; written once the database answers again
+        self._flush_failures = 0
         self._finished = []
         for done, landed in zip(batch, written, strict=True):
             entry = self._inflight.pop(done.key, None)
@@ -547,6 +566,45 @@ class Worker(HandlerThreads):
                     f": {completion.message}" if completion.message else "",
                     extra=entry.job.log_extra() if entry else {"job_id": str(completion.job_id)},
                 )
+
+    def _shrunk(self, done: _Done) -> _Done:
+        """``done`` with its completion cut to its smallest form (same claim, same fence)."""
+        smaller = smallest_completion(done.completion)
+        if smaller == done.completion:
+            return done
+        logger.error(
+            "job %s: its %s failed to be written %d times; writing it with a shortened "
+            "attempt log and error texts",
+            done.completion.job_id,
+            done.completion.kind,
+            self._flush_failures,
+        )
+        return dataclasses.replace(done, completion=smaller)
+
+    def _note_flush_failure(self) -> None:
+        """Count failures of the same write: heartbeats and claims may still work, so the
+        database fault counter (reset by any success) cannot tell a write that never lands."""
+        if not self._flush_failures:
+            self._flush_failing_since = time.monotonic()
+        self._flush_failures += 1
+        if self._flush_failures == FLUSH_UNHEALTHY_TRIES:
+            logger.error(
+                "worker %s: writing %d finished job(s) failed %d times in a row (%s); "
+                "the health file now says 'write failing'",
+                self.worker_id,
+                len(self._finished),
+                self._flush_failures,
+                self._last_fault,
+            )
+
+    def _failing_write(self) -> str:
+        """The reason for the health file while the same write keeps failing, else ''."""
+        if not self._flush_failures:
+            return ""
+        failing_for = time.monotonic() - self._flush_failing_since
+        if self._flush_failures < FLUSH_UNHEALTHY_TRIES and failing_for < FLUSH_UNHEALTHY_SECONDS:
+            return ""
+        return self._last_fault or "the write of finished jobs keeps failing"
 
     def _maybe_heartbeat(self) -> None:
         now = time.monotonic()
@@ -890,6 +948,8 @@ class Worker(HandlerThreads):
         health.report(
             stopping=self._stopping_since is not None,
             database_failures=self._fault.failures,
+            failing_write=self._failing_write(),
+            failing_writes=self._flush_failures,
             jobs_running=len(self._inflight),
             jobs_finished=self.stats.finished,
         )
