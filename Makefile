@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
 .PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties soak-schedules clean
-.PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check
+.PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check soak-workflows
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -104,6 +104,17 @@ soak-schedules: venv databases
 	    tests/concurrency/test_ops_processes.py -k exactly_one || exit 1; \
 	done
 
+# --- soak: fleet limits under faults (issue 19) ---------------------------------------------
+# More jobs and rounds of cancels, abandoned threads and SIGKILLs (ARCATURE_SOAK=1).
+.PHONY: soak-limits
+soak: soak-limits
+soak-limits: venv databases
+	$(PY) -m pip install -q mysqlclient
+	for db in sqlite postgres mysql; do \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -s -p no:cacheprovider \
+	    tests/limits || exit 1; \
+	done
+
 clean:
 	rm -rf $(VENV) .tox var build dist *.egg-info
 
@@ -142,4 +153,15 @@ soak-schedules-model: venv databases
 	for db in $(SOAK_DBS); do \
 	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db $(PY) -m pytest -q -p no:cacheprovider \
 	    tests/properties/test_schedules_model.py tests/faults/test_duty_faults.py || exit 1; \
+	done
+
+# --- soak: workflows (issue 20) --------------------------------------------------------------
+# The claim's plan beside 1,000,000 waiting workflow nodes (CI: 20,000), once per database.
+# The workflow model's long profile runs with soak-properties (tests/properties).
+soak: soak-workflows
+soak-workflows: venv databases
+	$(PY) -m pip install -q mysqlclient
+	for db in $(SOAK_DBS); do \
+	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db \
+	    $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_workflow_plans.py || exit 1; \
 	done

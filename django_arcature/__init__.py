@@ -15,15 +15,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .context import JobContext, current_job
     from .core.retry import RetryPolicy
-    from .exceptions import ArcatureError, MalformedPayload, Permanent, UnknownTask
+    from .exceptions import (
+        ArcatureError,
+        JobWaitTimeout,
+        MalformedPayload,
+        Permanent,
+        Snooze,
+        UnknownTask,
+    )
     from .registry import job
     from .schedules.periodic import periodic
+    from .workflows.build import Batch, Workflow, WorkflowError
 
 __version__ = "0.1.0.dev0"
 
 #: Public name → the module that defines it.
 _LAZY = {
     "ArcatureError": ".exceptions",
+    "Batch": ".workflows.build",
+    "JobWaitTimeout": ".exceptions",
+    "Snooze": ".exceptions",
+    "Workflow": ".workflows.build",
+    "WorkflowError": ".workflows.build",
     "JobContext": ".context",
     "MalformedPayload": ".exceptions",
     "Permanent": ".exceptions",
@@ -36,11 +49,16 @@ _LAZY = {
 
 __all__ = [
     "ArcatureError",
+    "Batch",
     "JobContext",
+    "JobWaitTimeout",
     "MalformedPayload",
     "Permanent",
     "RetryPolicy",
+    "Snooze",
     "UnknownTask",
+    "Workflow",
+    "WorkflowError",
     "__version__",
     "current_job",
     "job",

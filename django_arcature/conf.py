@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from .core.hint_paths import ADDED_BYTES, SOCKET_PATH_MAX_BYTES, WAKE_HINT_DIR_MAX_BYTES
 from .core.limits import MAX_ATTEMPTS_MAX, MAX_TIMEOUT_SECONDS, QUEUE_MAX_LENGTH, name_problem
 from .core.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from .core.retry import MAX_DELAY_SECONDS, RetryPolicy
@@ -64,8 +65,9 @@ DEFAULTS: dict[str, Any] = {
     # PgBouncer in transaction mode, name an alias that reaches PostgreSQL directly
     # (or through a session-mode pool) so idle workers still wake at once.
     "LISTEN_DATABASE": None,
-    # Where workers bind their same-host wake-up sockets (None: the system's temp
-    # folder). Enqueues on this host nudge idle workers through them after commit.
+    # Where workers bind their same-host wake-up sockets (None: a folder of this Unix
+    # user's own, in XDG_RUNTIME_DIR or the temp folder; django_arcature.hints).
+    # Enqueues on this host nudge idle workers through them after commit.
     "WAKE_HINTS": True,
     "WAKE_HINT_DIR": None,
     # Run jobs inline at enqueue time (for tests); still validated and recorded.
@@ -79,6 +81,17 @@ DEFAULTS: dict[str, Any] = {
     # The admin's text search looks at the newest this many rows of the list it is
     # run on (None: every row, a full scan on a big table); a job id is always found.
     "ADMIN_SEARCH_WINDOW": 100_000,
+    # Workflows and batches (django_arcature.workflows): nodes one workflow may hold,
+    # dependencies one node may wait for, members one batch may hold, and the bytes of
+    # upstream results current_job().upstream() hands a node.
+    "WORKFLOW_MAX_NODES": 10_000,
+    "WORKFLOW_MAX_EDGES_PER_NODE": 10_000,
+    "BATCH_MAX_MEMBERS": 100_000,
+    "UPSTREAM_MAX_BYTES": 1024 * 1024,
+    # How many times one job may raise Snooze without using an attempt.
+    "MAX_SNOOZES": 100,
+    # The shortest interval between two progress writes of one job, in seconds.
+    "PROGRESS_INTERVAL": 1.0,
 }
 
 
@@ -112,6 +125,12 @@ class ArcatureSettings:
     queues: Any = None
     retention: Any = None
     admin_search_window: int | None = DEFAULTS["ADMIN_SEARCH_WINDOW"]
+    workflow_max_nodes: int = DEFAULTS["WORKFLOW_MAX_NODES"]
+    workflow_max_edges_per_node: int = DEFAULTS["WORKFLOW_MAX_EDGES_PER_NODE"]
+    batch_max_members: int = DEFAULTS["BATCH_MAX_MEMBERS"]
+    upstream_max_bytes: int = DEFAULTS["UPSTREAM_MAX_BYTES"]
+    max_snoozes: int = DEFAULTS["MAX_SNOOZES"]
+    progress_interval: float = DEFAULTS["PROGRESS_INTERVAL"]
 
 
 def _is_number(value: object) -> bool:
@@ -138,6 +157,8 @@ MAX_PAYLOAD_BYTES_LIMIT = 4 * 1024 * 1024
 MIN_PAYLOAD_BYTES_LIMIT = 1024
 #: The admin search's window is read through an index in one statement (``OFFSET``).
 MAX_SEARCH_WINDOW = 100_000_000
+#: Nodes, dependencies or batch members: one workflow is built in one transaction.
+MAX_WORKFLOW_SIZE = 10_000_000
 
 
 def _whole(low: int, high: int) -> Any:
@@ -230,8 +251,17 @@ _RULES: dict[str, tuple[Any, str]] = {
     ),
     "WAKE_HINTS": (lambda v: isinstance(v, bool), "True or False"),
     "WAKE_HINT_DIR": (
-        lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 80 and os.path.isabs(v)),
-        "None or an absolute folder path of at most 80 characters (Unix socket paths are short)",
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, str)
+                and os.path.isabs(v)
+                and 0 < len(os.fsencode(v)) <= WAKE_HINT_DIR_MAX_BYTES
+            )
+        ),
+        f"None or an absolute folder path of at most {WAKE_HINT_DIR_MAX_BYTES} bytes, e.g. "
+        f"'/run/arcature' (a worker's socket, {ADDED_BYTES} bytes further down, must fit in "
+        f"the {SOCKET_PATH_MAX_BYTES} bytes of a Unix socket path)",
     ),
     "EAGER": (lambda v: isinstance(v, bool), "True or False"),
     "MAX_PAYLOAD_BYTES": (
@@ -242,6 +272,27 @@ _RULES: dict[str, tuple[Any, str]] = {
     "ADMIN_SEARCH_WINDOW": (
         lambda v: v is None or _whole(1, MAX_SEARCH_WINDOW)(v),
         f"None or a whole number of rows from 1 to {MAX_SEARCH_WINDOW} (e.g. 100000)",
+    ),
+    "WORKFLOW_MAX_NODES": (
+        _whole(1, MAX_WORKFLOW_SIZE),
+        f"a whole number of nodes from 1 to {MAX_WORKFLOW_SIZE} (e.g. 10000)",
+    ),
+    "WORKFLOW_MAX_EDGES_PER_NODE": (
+        _whole(1, MAX_WORKFLOW_SIZE),
+        f"a whole number of dependencies from 1 to {MAX_WORKFLOW_SIZE} (e.g. 10000)",
+    ),
+    "BATCH_MAX_MEMBERS": (
+        _whole(1, MAX_WORKFLOW_SIZE),
+        f"a whole number of members from 1 to {MAX_WORKFLOW_SIZE} (e.g. 100000)",
+    ),
+    "UPSTREAM_MAX_BYTES": (
+        _whole(1024, 64 * 1024 * 1024),
+        "a whole number of bytes from 1024 to 67108864 (e.g. 1048576)",
+    ),
+    "MAX_SNOOZES": (_whole(0, 1_000_000), "a whole number from 0 to 1000000 (e.g. 100)"),
+    "PROGRESS_INTERVAL": (
+        _seconds(0, MAX_INTERVAL_SECONDS),
+        f"a number of seconds from 0 to {MAX_INTERVAL_SECONDS} (e.g. 1.0)",
     ),
 }
 

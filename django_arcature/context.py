@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["JobContext", "current_job"]
 
@@ -34,11 +36,53 @@ class JobContext:
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     #: ``"lost"``, ``"timeout"`` or ``"shutdown"`` once cancelled, else ``""``.
     cancel_reason: str = ""
+    #: The claim this attempt runs under: what :meth:`progress` is fenced on.
+    claim_token: uuid.UUID | None = None
+    #: When progress was last written (monotonic), for the throttle.
+    _progress_at: float = field(default=-1e18, repr=False)
 
     @property
     def cancelled(self) -> bool:
         """True once the worker has given up on this attempt: stop and return soon."""
         return self.cancel_event.is_set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the job was cancelled (an operator, its workflow or batch), its claim
+        lost, its attempt timed out or the worker is stopping: stop and return soon.
+
+        An operator's cancel is seen at the worker's next heartbeat, which finds
+        the claim gone; whatever the handler returns then is fenced out.
+        """
+        return self.cancel_event.is_set()
+
+    def upstream(self) -> dict[str, Any]:
+        """``{node name: result}`` of this workflow node's direct dependencies.
+
+        Only nodes that succeeded have a result (others map to None). The total
+        size is bounded by ``ARCATURE["UPSTREAM_MAX_BYTES"]``; past it this
+        raises instead of loading a fan-in's every result into memory.
+        """
+        from django_arcature.workflows.results import upstream_results
+
+        return upstream_results(self.job_id)
+
+    def progress(self, fraction: float, message: str = "") -> bool:
+        """Report how far the job is (0.0 to 1.0) with a short message; fenced and throttled.
+
+        Written at most once per ``ARCATURE["PROGRESS_INTERVAL"]`` seconds (a tight
+        loop cannot flood the database; 1.0 is always written), and only while
+        this attempt still holds its claim. Returns whether it was written.
+        """
+        from django_arcature.workflows.results import write_progress
+
+        if not 0.0 <= float(fraction) <= 1.0:
+            raise ValueError(f"progress is a fraction from 0.0 to 1.0, not {fraction!r}")
+        now = time.monotonic()
+        if not write_progress(self, float(fraction), str(message), now, self._progress_at):
+            return False
+        self._progress_at = now
+        return True
 
     @property
     def is_last_attempt(self) -> bool:

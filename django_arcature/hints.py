@@ -19,41 +19,142 @@ import hashlib
 import logging
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import connections
 
 from django_arcature.conf import ArcatureSettings, get_settings
+from django_arcature.core.hint_paths import DIGEST_CHARS, SOCKET_PATH_MAX_BYTES
+from django_arcature.core.private_folder import (
+    UnsafeFolderError,
+    check_holding_folder,
+    check_private_folder,
+    is_own_socket,
+    make_private_folder,
+)
 
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".sock"
+#: Where to change the hint folder, said by every warning about it.
+_SETTING_FIX = "or set ARCATURE['WAKE_HINT_DIR'] to a folder of your own"
 
 
-#: ``hint_directory`` per database identity and base folder: a digest is worked out once.
-_directories: dict[tuple[object, ...], Path] = {}
+@dataclass(frozen=True)
+class _Layout:
+    """Where the sockets live, and what each folder above them must be to be trusted.
+
+    ``folder`` (one per database) and, unless configured, ``base`` are private to
+    this user; ``holder`` holds ``base`` and must not let others swap it. A
+    configured ``WAKE_HINT_DIR`` is ``base`` itself, checked as a holding folder
+    (an operator may share one such folder between several databases).
+    """
+
+    folder: Path
+    base: Path
+    holder: Path | None
+    configured: bool
+    runtime: bool
+
+
+#: ``_layout`` per database identity, base folder and environment: worked out once.
+_layouts: dict[tuple[object, ...], _Layout] = {}
+#: The layout of each folder handed out, for ``send_hints`` given only the folder.
+_by_folder: dict[str, _Layout] = {}
+
+
+def _runtime_dir() -> Path | None:
+    """``XDG_RUNTIME_DIR`` if it is set and valid: ours, mode 0700, not a symbolic link."""
+    value = os.environ.get("XDG_RUNTIME_DIR")
+    if not value or not os.path.isabs(value):
+        return None
+    try:
+        check_private_folder(value)
+    except OSError as exc:
+        logger.info(
+            "XDG_RUNTIME_DIR is not usable for wake-up hints (%s); using %s",
+            exc,
+            tempfile.gettempdir(),
+        )
+        return None
+    return Path(value)
+
+
+def _layout(using: str, conf: ArcatureSettings | None = None) -> _Layout:
+    get = connections[using].settings_dict.get
+    configured = (conf or get_settings()).wake_hint_dir
+    key = (
+        get("ENGINE"),
+        get("HOST"),
+        get("PORT"),
+        get("NAME"),
+        configured,
+        os.environ.get("XDG_RUNTIME_DIR"),
+        tempfile.gettempdir(),
+        os.geteuid(),  # a process that changed its user gets that user's folder
+    )
+    found = _layouts.get(key)
+    if found is None:
+        identity = "|".join(str(part or "") for part in key[:4])
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:DIGEST_CHARS]
+        runtime = None if configured else _runtime_dir()
+        if configured:
+            base, holder = Path(configured), None
+        elif runtime is not None:
+            base, holder = runtime / "arcature-wake", runtime
+        else:
+            temp = Path(tempfile.gettempdir())
+            base, holder = temp / f"arcature-wake-{os.geteuid()}", temp
+        found = _layouts[key] = _Layout(
+            base / digest, base, holder, bool(configured), runtime is not None
+        )
+        _by_folder[str(found.folder)] = found
+    return found
 
 
 def hint_directory(using: str, conf: ArcatureSettings | None = None) -> Path:
-    """The folder shared by the processes of this host that use this database.
+    """The folder shared by this user's processes on this host that use this database.
 
     Named by a digest of the database's identity (vendor, host, port, name), so
-    two projects, or a test database and a real one, never nudge each other.
+    two projects, or a test database and a real one, never nudge each other. It
+    lies in ``ARCATURE["WAKE_HINT_DIR"]``, else in ``$XDG_RUNTIME_DIR/arcature-wake``
+    when that is a valid runtime folder, else in ``arcature-wake-<uid>`` in the
+    system's temporary folder: a folder per user, since another user must neither
+    hear when we enqueue nor place anything where we send.
     """
-    get = connections[using].settings_dict.get
-    configured = (conf or get_settings()).wake_hint_dir
-    key = (get("ENGINE"), get("HOST"), get("PORT"), get("NAME"), configured)
-    found = _directories.get(key)
+    return _layout(using, conf).folder
+
+
+def _verify(layout: _Layout, *, create: bool) -> None:
+    """Raise unless every folder on the way to the sockets is safe (made if ``create``)."""
+    if layout.configured:
+        if create:
+            os.makedirs(layout.base, mode=0o700, exist_ok=True)
+        check_holding_folder(layout.base)
+    else:
+        if layout.holder is None:  # pragma: no cover - every default layout has one
+            raise UnsafeFolderError(layout.base, "has no known parent", _SETTING_FIX)
+        if layout.runtime:
+            check_private_folder(layout.holder)
+        else:
+            check_holding_folder(layout.holder)
+        (make_private_folder if create else check_private_folder)(layout.base)
+    (make_private_folder if create else check_private_folder)(layout.folder)
+
+
+def _layout_of(folder: str) -> _Layout:
+    """The layout ``hint_directory`` handed out for ``folder`` (else: private, in a holder)."""
+    found = _by_folder.get(folder)
     if found is None:
-        identity = "|".join(str(part or "") for part in key[:4])
-        base = configured or os.path.join(tempfile.gettempdir(), "arcature-wake")
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-        found = _directories[key] = Path(base) / digest
+        path = Path(folder)
+        found = _Layout(path, path.parent, None, True, False)
     return found
 
 
@@ -95,14 +196,21 @@ def send_hints(using: str, directory: Path | None = None) -> int:
     """Nudge every worker listening for this database on this host; return how many.
 
     ``directory`` is ``hint_directory(using)`` when the caller has it already (an
-    enqueue reads the settings once). Sockets whose worker is gone (refused, or
-    missing) are removed so the next enqueue does not try them again.
+    enqueue reads the settings once). Only sockets of this user in a folder that is
+    verifiably this user's are nudged; those whose worker is gone (refused) are
+    removed so the next enqueue does not try them again, and nothing else ever is.
     """
     folder = str(directory or hint_directory(using))
     try:
         paths = _listing(folder)
-    except OSError:  # no worker has ever listened here: nothing to do
+    except FileNotFoundError:  # no worker has ever listened here: nothing to do
         return 0
+    except UnsafeFolderError as exc:
+        _warn_once(folder, f"same-host wake-up hints are not sent: {exc}, {_SETTING_FIX}")
+        return 0
+    except OSError:
+        return 0
+    _warned.discard(folder)
     sent = 0
     sender = _sender.get()
     for path in paths:
@@ -113,10 +221,20 @@ def send_hints(using: str, directory: Path | None = None) -> int:
             sent += 1
         except (ConnectionRefusedError, FileNotFoundError):
             _listings.pop(folder, None)
-            _remove(path)
+            _remove_own_socket(path, Path(folder))
         except OSError as exc:
             logger.debug("wake-up hint to %s failed: %s", path, exc)
     return sent
+
+
+#: Folders whose refusal was logged already: an enqueue must not log it every time.
+_warned: set[str] = set()
+
+
+def _warn_once(folder: str, message: str) -> None:
+    if folder not in _warned:
+        _warned.add(folder)
+        logger.warning(message)
 
 
 #: A folder's listing is trusted only if the folder had not changed for this long
@@ -132,20 +250,38 @@ _listings: dict[str, tuple[int, int, list[str]]] = {}
 
 
 def _listing(folder: str) -> list[str]:
-    """The sockets in ``folder``, read again only when the folder has changed.
+    """Our sockets in ``folder``, read again only when the folder has changed.
 
     Binding or removing a socket changes the folder's modification time, so one
-    ``stat`` tells whether the last listing still holds; a listing read while the
-    folder was still changing is not kept, and none is kept longer than a second.
-    A new worker is therefore found by the first enqueue after it bound (at the
-    latest a second later, where the file system keeps no such time).
+    ``lstat`` tells whether the last listing still holds (and that the folder is
+    still ours and private); a listing read while the folder was still changing is
+    not kept, and none is kept longer than a second. A new worker is therefore
+    found by the first enqueue after it bound (at the latest a second later, where
+    the file system keeps no such time). Each reading checks the folders above it
+    too, and keeps only entries that are sockets owned by this user: never a
+    symbolic link, never another user's socket.
     """
-    changed = os.stat(folder).st_mtime_ns
+    info = os.lstat(folder)
+    uid = os.geteuid()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
+        _listings.pop(folder, None)
+        check_private_folder(folder)  # raises with the reason
+    changed = info.st_mtime_ns
     kept = _listings.get(folder)
     clock = time.monotonic_ns()
     if kept is not None and kept[0] == changed and clock - kept[1] < _LISTING_TTL_NS:
         return kept[2]
-    paths = [entry.path for entry in os.scandir(folder) if entry.name.endswith(_SUFFIX)]
+    _verify(_layout_of(folder), create=False)
+    paths = []
+    for entry in os.scandir(folder):
+        if not entry.name.endswith(_SUFFIX):
+            continue
+        try:
+            found = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISSOCK(found.st_mode) and found.st_uid == uid:
+            paths.append(entry.path)
     if time.time_ns() - changed > _SETTLED_NS:
         _listings[folder] = (changed, clock, paths)
     else:
@@ -157,19 +293,47 @@ class HintReceiver:
     """A worker's socket in the hint folder and the daemon thread that reads it."""
 
     def __init__(self, using: str, wake: Callable[[], None]) -> None:
-        self.directory = hint_directory(using)
+        self._layout = _layout(using)
+        self.directory = self._layout.folder
         self.wake = wake
         self.path = self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{_SUFFIX}"
         self._socket: socket.socket | None = None
+        self._inode = 0
         self._thread = threading.Thread(target=self._run, name="arcature-hints", daemon=True)
 
     def start(self) -> bool:
-        """Bind and start reading; False (and polling alone) if the folder is unusable."""
+        """Bind and start reading; False (and polling alone) if the folder is unusable.
+
+        A folder that another user made, or could change, is never used: hints are
+        then off, with a WARNING saying which folder and what to do about it.
+        """
+        size = len(os.fsencode(self.path))
+        if size > SOCKET_PATH_MAX_BYTES:
+            logger.warning(
+                "same-host wake-up hints are off: the socket path %s is %d bytes, over the "
+                "%d a Unix socket allows; set ARCATURE['WAKE_HINT_DIR'] to a shorter folder. "
+                "Polling only.",
+                self.path,
+                size,
+                SOCKET_PATH_MAX_BYTES,
+            )
+            return False
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            receiver.bind(str(self.path))
+            _verify(self._layout, create=True)
+        except UnsafeFolderError as exc:
+            logger.warning(
+                "same-host wake-up hints are off: %s, %s. Polling only.", exc, _SETTING_FIX
+            )
+            return False
         except OSError as exc:
+            logger.info("same-host wake-up hints are off (%s); polling only", exc)
+            return False
+        receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            receiver.bind(str(self.path))
+            self._inode = os.lstat(self.path).st_ino
+        except OSError as exc:
+            receiver.close()
             logger.info("same-host wake-up hints are off (%s); polling only", exc)
             return False
         self._socket = receiver
@@ -177,22 +341,49 @@ class HintReceiver:
         return True
 
     def close(self) -> None:
+        """Stop reading, wait for the thread to end, and remove our socket (only ours).
+
+        Closing a socket does not wake a thread blocked in its ``recv()``; shutting it
+        down does (on Linux), else a datagram to ourselves does. So a worker run
+        many times in one process leaves no thread behind.
+        """
         receiver, self._socket = self._socket, None
-        if receiver is not None:
-            _remove(str(self.path))
-            receiver.close()
+        if receiver is None:
+            return
+        try:
+            receiver.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            try:
+                _sender.get().sendto(b"", str(self.path))
+            except OSError:
+                logger.debug("could not wake the hint thread", exc_info=True)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        receiver.close()
+        try:
+            ours = os.lstat(self.path).st_ino == self._inode
+        except OSError:
+            return
+        if ours:
+            _remove_own_socket(str(self.path), self.directory)
 
     def _run(self) -> None:
         receiver = self._socket
-        while receiver is not None and self._socket is not None:
+        while receiver is not None:
             try:
                 receiver.recv(64)
-            except OSError:  # closed by close(): the worker is stopping
+            except OSError:  # closed under us: the worker is stopping
+                return
+            if self._socket is None:  # woken by close()
                 return
             self.wake()
 
 
-def _remove(path: str) -> None:
+def _remove_own_socket(path: str, folder: Path) -> None:
+    """Unlink ``path`` only if it is a socket of this user in our verified ``folder``."""
+    if not is_own_socket(path, folder):
+        logger.debug("not removing %s: not a socket of this user in %s", path, folder)
+        return
     try:
         os.unlink(path)
     except OSError:

@@ -19,6 +19,7 @@ from .manager.completions import CompletionWrites
 from .manager.enqueue import EnqueueWrites, set_eager_runner
 from .manager.leases import LeaseWrites
 from .manager.operations import OperatorWrites
+from .manager.workflow_writes import WorkflowWrites
 from .transitions import ClaimTransition, Completion
 
 if TYPE_CHECKING:
@@ -28,6 +29,11 @@ __all__ = ["ClaimTransition", "ClaimedJob", "Completion", "JobManager", "set_eag
 
 
 class JobManager(
-    EnqueueWrites, LeaseWrites, CompletionWrites, OperatorWrites, models.Manager["Job"]
+    EnqueueWrites,
+    LeaseWrites,
+    CompletionWrites,
+    OperatorWrites,
+    WorkflowWrites,
+    models.Manager["Job"],
 ):
     """The only writer of job rows (DESIGN §4)."""

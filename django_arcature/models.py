@@ -130,6 +130,22 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.task_name} [{self.status}] {self.id}"
 
+    def wait(self, timeout: float = 30.0) -> Job:
+        """Block until this job is succeeded, dead or cancelled; return it refreshed.
+
+        Raises :class:`~django_arcature.exceptions.JobWaitTimeout` after
+        ``timeout`` seconds. Polls with backoff (``django_arcature.workflows.waiting``).
+        """
+        from .workflows.waiting import wait
+
+        return wait(self, timeout)
+
+    async def async_wait(self, timeout: float = 30.0) -> Job:
+        """``await job.async_wait()``: :meth:`wait` for async views."""
+        from .workflows.waiting import async_wait
+
+        return await async_wait(self, timeout)
+
     @property
     def args(self) -> list[object]:
         """Positional arguments as stored in the payload."""
@@ -157,5 +173,13 @@ class DeadJob(Job):
 
 
 # Models of the sub-packages register here, with this app.
-from .queues.models import QueueState  # noqa: E402, F401
+from .queues.models import QueueState, SlotHold  # noqa: E402, F401
 from .schedules.models import Schedule  # noqa: E402, F401
+from .workflows.models import (  # noqa: E402, F401
+    BatchCounter,
+    BatchRun,
+    JobProgress,
+    WorkflowEdge,
+    WorkflowNode,
+    WorkflowRun,
+)

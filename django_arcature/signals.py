@@ -39,8 +39,9 @@ job_requeued = Signal()
 #: ``count``. A receiver may return a dict of strings (a trace context carrier),
 #: stored with every job of the call as ``Job.trace_context``.
 jobs_enqueuing = Signal()
-#: A claim landed. kwargs: ``jobs`` (the :class:`~django_arcature.db.ClaimedJob` list),
-#: ``worker_id``.
+#: A claim landed, sent once it has committed (a limited queue's claim runs in a
+#: transaction of its own, a caller's may surround it). kwargs: ``jobs`` (the
+#: :class:`~django_arcature.db.ClaimedJob` list), ``worker_id``.
 jobs_claimed = Signal()
 #: A handler is about to run, in this thread (sender: ClaimedJob). kwargs: ``job``, ``worker_id``.
 job_attempt_started = Signal()

@@ -18,6 +18,10 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "succeeded", _("succeeded")
     DEAD = "dead", _("dead")
     CANCELLED = "cancelled", _("cancelled")
+    #: A workflow node whose dependencies are not met yet (``django_arcature.workflows``).
+    #: The claim reads ``status = 'pending'`` only, so it never sees these rows: on
+    #: PostgreSQL they are not even in the claim's partial indexes.
+    WAITING = "waiting", _("waiting")
 
 
 class ErrorKind(models.TextChoices):
@@ -33,3 +37,6 @@ class ErrorKind(models.TextChoices):
 
 #: Statuses a job can still leave on its own; a unique key is held only in these.
 ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
+
+#: Statuses a job is finished in: ``Job.wait()`` returns once a job reaches one.
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)

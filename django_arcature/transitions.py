@@ -10,6 +10,7 @@ never both; ``send_event`` sends it so that no receiver can break the writer.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -24,6 +25,7 @@ from django.dispatch import Signal
 
 from . import signals
 from .conf import MAX_LEASE_SECONDS, ArcatureSettings, get_settings
+from .core.attempt_log import bound_attempt_log, needs_bounding
 from .core.decide import ErrorKind as DecidedErrorKind
 from .core.text import (
     DEFAULT_RESULT_MAX_BYTES,
@@ -32,6 +34,7 @@ from .core.text import (
     clean_json,
     clean_json_sized,
     clean_text,
+    json_size,
     truncate_for_storage,
 )
 from .db import DatabaseNow
@@ -93,6 +96,8 @@ class Completion:
     #: ``time.monotonic()`` when ``retry_delay`` was decided: a batched write that lands
     #: later waits only what is left of the backoff, still on the database's clock.
     decided_monotonic: float | None = None
+    #: A snooze (``raise Snooze``) gives its attempt back: the attempts to store, else None.
+    attempts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,8 @@ def transition_fields_sized(
             truncate_for_storage(completion.message, conf.message_max_bytes),
             truncate_for_storage(completion.traceback, conf.traceback_max_bytes),
         )
+        if completion.attempts is not None:
+            fields["attempts"] = completion.attempts
     elif completion.kind == "dead":
         fields = dead_fields(
             known_error_kind(completion.error_kind),
@@ -345,8 +352,53 @@ def transition_fields_sized(
             completion.attempt_log, max_text_bytes=conf.traceback_max_bytes
         )
         log = list(log)
+        if needs_bounding(log, log_size):
+            log = bound_attempt_log(log)
+            log_size = json_size(log)
         if log and isinstance(log[-1], dict):
             log[-1] = {**log[-1], CLAIM_MARKER: completion.claim_token.hex}
         fields["attempt_log"] = log
         size += log_size + 48
     return fields, size
+
+
+#: The smallest sizes :func:`shrunk_completion` cuts to: a failure report stays readable.
+_SHRUNK_MIN_TEXT = 1024
+_SHRUNK_MIN_LOG = 4096
+
+
+def shrunk_completion(completion: Completion, budget: int, step: int) -> Completion:
+    """A smaller version of ``completion`` for a row over the statement budget (``step`` ≥ 1).
+
+    Each step halves what the attempt log and the error texts may take (cut with a
+    marker, the log's middle entries counted as dropped); the result is never cut,
+    since a cut JSON value is a wrong value: a succeeded row still over the budget
+    with its smallest log becomes the ``dead`` write of :func:`refused_completion`.
+    """
+    share = budget >> (step + 1)
+    log = completion.attempt_log
+    if log is not None:
+        clean = clean_json(log, max_text_bytes=max(share // 8, _SHRUNK_MIN_TEXT))
+        log = bound_attempt_log(
+            clean, keep_latest=max(1, 20 >> step), max_bytes=max(share, _SHRUNK_MIN_LOG)
+        )
+    text = max(share // 2, _SHRUNK_MIN_TEXT)
+    return dataclasses.replace(
+        completion,
+        attempt_log=log,
+        message=truncate_for_storage(clean_text(completion.message), text),
+        traceback=truncate_for_storage(clean_text(completion.traceback), text),
+    )
+
+
+#: The statement budget :func:`smallest_completion` cuts for: a few KiB of log and texts.
+_SMALLEST_BUDGET = 64 * 1024
+
+
+def smallest_completion(completion: Completion) -> Completion:
+    """``completion`` with its attempt log and texts cut to a few KiB (the result kept).
+
+    What a worker writes after the same write failed several times: the server may be
+    refusing the row's size (MariaDB drops the connection instead of saying so).
+    """
+    return shrunk_completion(completion, _SMALLEST_BUDGET, 6)

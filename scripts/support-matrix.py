@@ -26,6 +26,8 @@ DATABASES = {
     "mysql": "MariaDB 10.11",
     "pgbouncer": "PostgreSQL 15 behind PgBouncer (transaction pooling)",
 }
+#: Factors that select a suite instead of the whole one.
+SUITES = {"thirdparty": "Wagtail and django-modelsearch on our django.tasks backend"}
 
 
 def expand(pattern: str) -> list[str]:
@@ -63,7 +65,7 @@ def row(name: str) -> tuple[str, str, str, str] | None:
         return None
     suite = "selected suites" if "pgbouncer" in name else "the whole suite"
     if extra:
-        suite = " ".join(extra) + " suite"
+        suite = ", ".join(SUITES.get(factor, factor + " suite") for factor in extra)
     if django.startswith("5."):
         django += " + django-tasks backport"
     return python, django, database, suite

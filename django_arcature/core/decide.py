@@ -11,7 +11,7 @@ import traceback as traceback_module
 from dataclasses import dataclass
 from datetime import datetime
 
-from django_arcature.exceptions import Permanent
+from django_arcature.exceptions import Permanent, Snooze
 
 from .retry import RetryPolicy
 
@@ -95,6 +95,8 @@ class HandlerError:
     permanent: bool = False
     traceback: str = ""
     exception_type: str = ""
+    #: Seconds asked for by ``raise Snooze(seconds)``; None for any other error.
+    snooze: float | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> HandlerError:
@@ -103,6 +105,7 @@ class HandlerError:
             permanent=isinstance(exc, Permanent),
             traceback=format_traceback(exc),
             exception_type=qualified_name(type(exc)),
+            snooze=exc.seconds if isinstance(exc, Snooze) else None,
         )
 
 

@@ -95,6 +95,10 @@ class Driver:
     #: Rows per statement, well under every driver's parameter limit.
     BATCH_COMPLETION_ROWS: ClassVar[int] = 500
 
+    def packet_limit(self) -> int | None:
+        """The largest statement the server takes, in bytes (None: no limit near ours)."""
+        return None
+
     def supports_batch_completion(self) -> bool:
         return False
 

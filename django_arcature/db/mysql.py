@@ -149,6 +149,21 @@ class MySQLDriver(Driver):
             stamped.append(values)
         return claimed_from_rows(stamped)
 
+    def packet_limit(self) -> int | None:
+        """The server's ``max_allowed_packet``, read once per connection (an operator may
+        have set it below the 16 MiB default; a statement over it drops the connection)."""
+        connection = self.connection
+        connection.ensure_connection()
+        raw = connection.connection
+        cached = getattr(connection, "_arcature_packet", None)
+        if cached is not None and cached[0] is raw:
+            return int(cached[1])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@max_allowed_packet")
+            packet = int(cursor.fetchone()[0])
+        connection._arcature_packet = (raw, packet)
+        return packet
+
     def supports_batch_completion(self) -> bool:
         return True
 

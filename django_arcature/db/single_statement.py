@@ -62,11 +62,18 @@ def claim_with_cte(
     else:
         target = f"FROM picked WHERE {qn(table)}.{qn('id')} = picked.{qn('id')}"
         prefix = f"{qn(table)}."
+    # SQLite: the unary + keeps ``available_at`` out of the index search. With
+    # statistics of a table holding two statuses (many waiting workflow nodes, or
+    # only succeeded rows, beside the pending ones), SQLite otherwise skip-scanned
+    # every status and priority for ``available_at <= now``, reading every waiting
+    # row, then sorted (tests/integration/test_workflow_plans.py). The claim's own
+    # plan, ``status = ?`` in index order with LIMIT, filters the time anyway.
+    due = f"+{qn('available_at')}" if recheck else qn("available_at")
     returning = returning_columns(connection.vendor, qn, prefix)
     sql = f"""
         WITH picked AS {materialized} (
             SELECT {qn("id")} FROM {qn(table)}
-            WHERE {qn("status")} = %s AND {qn("available_at")} <= {now} {queue_filter}
+            WHERE {qn("status")} = %s AND {due} <= {now} {queue_filter}
             ORDER BY {qn("priority")} DESC, {qn("available_at")}
             LIMIT %s {lock}
         )

@@ -32,6 +32,13 @@ from django.db import DataError, IntegrityError, transaction
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.db import driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.db.budget import (
+    CHUNK_TARGET_BYTES,
+    ROW_OVERHEAD_BYTES,
+    STATEMENT_OVERHEAD_BYTES,
+    row_bytes,
+    statement_budget,
+)
 from django_arcature.states import JobStatus
 from django_arcature.transitions import (
     ClaimTransition,
@@ -39,11 +46,13 @@ from django_arcature.transitions import (
     Written,
     announce,
     refused_completion,
+    shrunk_completion,
     transition_fields_sized,
     wrote_claim,
 )
 
 from .base import JobWriter
+from .dependencies import settle_completions
 
 logger = logging.getLogger(__name__)
 
@@ -63,22 +72,28 @@ DATA_ERRORS: tuple[type[BaseException], ...] = (
 ClaimKey = tuple[uuid.UUID, uuid.UUID]
 
 
-#: Roughly how many bytes of values one batched statement may carry. MariaDB refuses
-#: a statement over ``max_allowed_packet`` (16 MiB by default) by dropping the
-#: connection, which would look like an outage and be retried for ever.
-STATEMENT_MAX_BYTES = 4 * 1024 * 1024
+#: A row whose values are surely under this many bytes is not measured exactly.
+_SURELY_SMALL_BYTES = 64 * 1024
+#: A character of a value's text takes at most this many bytes in a statement
+#: (an emoji as JSON ``\\ud83d\\ude00``, each backslash escaped once more).
+_BYTES_PER_CHAR = 14
+#: How many times a row over the budget is cut smaller before its result is refused.
+_SHRINK_STEPS = 6
 
 
 @dataclass(frozen=True)
 class _Prepared:
     completion: Completion
     fields: dict[str, Any]
-    #: About how many characters of values this row adds to a statement.
+    #: At most how many bytes this row adds to a statement (``db.budget``).
     size: int = 0
 
     @classmethod
     def of(cls, completion: Completion, conf: ArcatureSettings | None = None) -> _Prepared:
-        fields, size = transition_fields_sized(completion, conf)
+        fields, chars = transition_fields_sized(completion, conf)
+        size = chars * _BYTES_PER_CHAR + ROW_OVERHEAD_BYTES + 1024
+        if size > _SURELY_SMALL_BYTES:
+            size = row_bytes(fields)
         return cls(completion, fields, size)
 
     @property
@@ -185,7 +200,10 @@ class CompletionWrites(JobWriter):
         if not completions:
             return []
         conf = get_settings()  # once per batch: reading it costs more than a row's fields
-        prepared = [self._prepare(completion, conf) for completion in completions]
+        budget = statement_budget(self.db) - STATEMENT_OVERHEAD_BYTES
+        prepared = [
+            self._fit(self._prepare(completion, conf), budget, conf) for completion in completions
+        ]
         driver = driver_for(self.db)
         # One statement per row where the database does as well that way; where a
         # plain fenced UPDATE risks a bad plan (``fences_by_join``), even one row
@@ -227,6 +245,41 @@ class CompletionWrites(JobWriter):
             replacement = refused_completion(completion, _first_line(exc))
             return _Prepared.of(replacement)
 
+    def _fit(self, item: _Prepared, budget: int, conf: ArcatureSettings) -> _Prepared:
+        """``item``, or a smaller version of it when its row would not fit in one statement.
+
+        A statement over the server's packet limit is not refused with an error on
+        MariaDB/MySQL: the server drops the connection, so the write would be retried
+        for ever. The row is cut here instead (``shrunk_completion``), before anything
+        is sent; a result that cannot fit ends the job ``dead`` with the reason.
+        """
+        if item.size <= budget:
+            return item
+        original = item
+        for step in range(1, _SHRINK_STEPS + 1):
+            item = self._prepare(shrunk_completion(original.completion, budget, step), conf)
+            if item.size <= budget:
+                break
+        else:
+            reason = (
+                f"its row takes {original.size} bytes as sent, over the {budget} bytes one "
+                "statement may carry (the server's max_allowed_packet, or 15 MiB)"
+            )
+            item = self._prepare(refused_completion(original.completion, reason), conf)
+            if item.size > budget:
+                item = _Prepared.of(dataclasses.replace(item.completion, attempt_log=None))
+        logger.error(
+            "job %s: its %s took %d bytes, over the statement budget of %d; stored %s "
+            "of %d bytes instead",
+            original.completion.job_id,
+            original.completion.kind,
+            original.size,
+            budget,
+            "cut" if item.completion.kind == original.completion.kind else "as dead",
+            item.size,
+        )
+        return item
+
     def _write(self, prepared: Sequence[_Prepared], single: bool) -> set[ClaimKey]:
         """All of ``prepared`` in one transaction; the claims whose rows changed."""
         landed: set[ClaimKey] = set()
@@ -237,19 +290,33 @@ class CompletionWrites(JobWriter):
                     fenced = self._fenced(completion.job_id, completion.claim_token)
                     if fenced.update(**item.fields):
                         landed.add(item.key)
+                self._settle_dependents(prepared, landed)
                 return landed
             driver = driver_for(self.db)
             groups: dict[tuple[str, ...], list[_Prepared]] = {}
             for item in prepared:
                 groups.setdefault(tuple(item.fields), []).append(item)
+            max_bytes = min(
+                CHUNK_TARGET_BYTES, statement_budget(self.db) - STATEMENT_OVERHEAD_BYTES
+            )
             for items in groups.values():
-                for chunk in _distinct_jobs(items, driver.BATCH_COMPLETION_ROWS):
+                for chunk in _distinct_jobs(items, driver.BATCH_COMPLETION_ROWS, max_bytes):
                     rows = [
                         (i.completion.job_id, i.completion.claim_token, i.fields) for i in chunk
                     ]
                     changed = driver.complete_batch(self.model, rows)
                     landed.update(item.key for item in chunk if item.key[0] in changed)
+            self._settle_dependents(prepared, landed)
         return landed
+
+    def _settle_dependents(self, prepared: Sequence[_Prepared], landed: set[ClaimKey]) -> None:
+        """Workflow hook: release or cancel what waited on the landed completions, in
+        this transaction (``manager.dependencies``). A fenced-out write releases nothing."""
+        settle_completions(
+            self.db,
+            self.model,
+            [(item.key[0], item.completion.kind) for item in prepared if item.key in landed],
+        )
 
     def _write_isolated(
         self, prepared: Sequence[_Prepared]
@@ -283,6 +350,7 @@ class CompletionWrites(JobWriter):
                 if changed:
                     landed.add(instead.key)
                 written.append(instead)
+            self._settle_dependents(written, landed)
         return written, landed
 
     def _write_row(self, item: _Prepared) -> bool:
@@ -346,7 +414,7 @@ class CompletionWrites(JobWriter):
 
 
 def _distinct_jobs(
-    items: Sequence[_Prepared], size: int, max_bytes: int = STATEMENT_MAX_BYTES
+    items: Sequence[_Prepared], size: int, max_bytes: int = CHUNK_TARGET_BYTES
 ) -> Iterator[list[_Prepared]]:
     """Chunks of at most ``size`` rows and about ``max_bytes``, no job twice in one.
 

@@ -26,6 +26,7 @@ from django_arcature.transitions import (
 )
 
 from .base import JobWriter
+from .dependencies import FAILED, settle
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
@@ -66,8 +67,23 @@ class LeaseWrites(JobWriter):
             ),
         )
         if claimed:
-            signals.notify(signals.jobs_claimed, self.model, jobs=claimed, worker_id=worker_id)
+            self._report_claimed(claimed, worker_id)
         return claimed
+
+    def _report_claimed(self, claimed: list[ClaimedJob], worker_id: str) -> None:
+        """Send ``jobs_claimed`` once the claim has committed, never before.
+
+        A limited queue's claim runs inside the gate's transaction (lock, count,
+        claim, record the starts), and a caller may hold one of its own: sent
+        from inside, a claim that then rolled back would be counted by metrics
+        and leave the Prometheus receiver an entry for a token that never
+        existed. Outside any transaction ``on_commit`` runs it at once.
+        """
+        model = self.model
+        transaction.on_commit(
+            lambda: signals.notify(signals.jobs_claimed, model, jobs=claimed, worker_id=worker_id),
+            using=self.db,
+        )
 
     def heartbeat(
         self, job_id: uuid.UUID, claim_token: uuid.UUID, lease: float | timedelta
@@ -201,6 +217,8 @@ class LeaseWrites(JobWriter):
                             DecidedErrorKind.EXHAUSTED, f"{message}; no attempts left", ""
                         )
                     )
+                if dead_ids:  # workflow hook: what waited on them, in this transaction
+                    settle(self.db, self.model, dict.fromkeys(dead_ids, FAILED))
                 if requeue_ids:
                     expired().filter(id__in=requeue_ids).update(
                         status=JobStatus.PENDING,
@@ -258,7 +276,7 @@ class LeaseWrites(JobWriter):
 
         claimed = _retry_on_lock_conflict(self.db, operation)
         if claimed is not None:
-            signals.notify(signals.jobs_claimed, self.model, jobs=[claimed], worker_id=worker_id)
+            self._report_claimed([claimed], worker_id)
         return claimed
 
 

@@ -14,27 +14,81 @@ from django_arcature.db import DatabaseNow, retry_on_lock_conflict
 from django_arcature.states import ACTIVE_STATUSES, JobStatus
 
 from .base import JobWriter
+from .dependencies import CANCELLED, resume, settle
+
+#: What an operator may cancel: live jobs, and workflow nodes still waiting.
+CANCELLABLE_STATUSES = (*ACTIVE_STATUSES, JobStatus.WAITING)
 
 
 class OperatorWrites(JobWriter):
     """What a person may do to a job; each write filters on the states it may leave."""
 
     def cancel(self, job_id: uuid.UUID) -> int:
-        """pending/running → cancelled. A running job's later completion is fenced out."""
-        rows = (
-            self.using(self.db)
-            .filter(id=job_id, status__in=ACTIVE_STATUSES)
-            .update(
-                status=JobStatus.CANCELLED,
-                claim_token=None,
-                unique_key=None,
-                lease_expires_at=None,
-                finished_at=DatabaseNow(),
-            )
-        )
+        """pending/running/waiting → cancelled. A running job's later completion is fenced out.
+
+        In a queue with a concurrency limit, cancelling a running job does not
+        free its slot: its handler may run on. The cancel records a slot hold
+        for that claim in the same transaction, which the worker deletes once
+        the handler has ended (see :mod:`django_arcature.queues.occupancy`).
+        Dependents of a workflow node that needed it to succeed (or fail) are
+        cancelled too, naming it, in the same transaction; ``when="always"``
+        dependents may be released.
+        """
+        from django_arcature.queues.limits import read_limits
+
+        limited = {name for name, limit in read_limits().items() if limit.concurrency}
+        fields: dict[str, Any] = {
+            "status": JobStatus.CANCELLED,
+            "claim_token": None,
+            "unique_key": None,
+            "lease_expires_at": None,
+            "finished_at": DatabaseNow(),
+        }
+
+        def operation() -> int:
+            with transaction.atomic(using=self.db):
+                if limited:
+                    rows = self._cancel_holding_the_slot(job_id, fields, limited)
+                else:
+                    rows = (
+                        self.using(self.db)
+                        .filter(id=job_id, status__in=CANCELLABLE_STATUSES)
+                        .update(**fields)
+                    )
+                if rows:  # workflow hook: what waited on it, in this transaction
+                    settle(self.db, self.model, {job_id: CANCELLED})
+                return rows
+
+        rows = retry_on_lock_conflict(self.db, operation)
         if rows:
             signals.job_cancelled.send(sender=self.model, job_id=job_id)
         return rows
+
+    def _cancel_holding_the_slot(
+        self, job_id: uuid.UUID, fields: dict[str, Any], limited: set[str]
+    ) -> int:
+        from django_arcature.queues.occupancy import Held, hold_slots
+
+        jobs = self.using(self.db)
+        with transaction.atomic(using=self.db):
+            for _ in range(3):  # the claim read may end (or a new one start) under us
+                found = (
+                    jobs.filter(id=job_id, status=JobStatus.RUNNING)
+                    .values_list("claim_token", "queue", "locked_by", "lease_expires_at")
+                    .first()
+                )
+                token, queue, worker, expires = found or (None, "", "", None)
+                if token is None or queue not in limited:
+                    return int(
+                        jobs.filter(id=job_id, status__in=CANCELLABLE_STATUSES).update(**fields)
+                    )
+                # Compare-and-set on the claim read: the hold names the claim cancelled.
+                cancelled = jobs.filter(id=job_id, status=JobStatus.RUNNING, claim_token=token)
+                if cancelled.update(**fields):
+                    hold_slots(self.db, [Held(token, job_id, queue)], worker, expires_at=expires)
+                    return 1
+            waiting_or_pending = (JobStatus.PENDING, JobStatus.WAITING)
+            return int(jobs.filter(id=job_id, status__in=waiting_or_pending).update(**fields))
 
     def requeue_dead(self, job_id: uuid.UUID) -> int:
         """dead → pending as a new life; 1 if requeued, 0 if not dead or its key is taken.
@@ -60,12 +114,16 @@ class OperatorWrites(JobWriter):
                 fields = _new_life_fields()
                 key = restorable_unique_key(*row)
                 if key is None:
-                    return dead.update(**fields)
-                try:
-                    with transaction.atomic(using=self.db):
-                        return dead.update(**fields, unique_key=key)
-                except IntegrityError:  # a live job holds the key
-                    return 0
+                    rows = dead.update(**fields)
+                else:
+                    try:
+                        with transaction.atomic(using=self.db):
+                            rows = dead.update(**fields, unique_key=key)
+                    except IntegrityError:  # a live job holds the key
+                        return 0
+                if rows:  # workflow hook: the nodes its death cancelled come back
+                    resume(self.db, self.model, job_id)
+                return rows
 
         rows = retry_on_lock_conflict(self.db, operation)
         if rows:

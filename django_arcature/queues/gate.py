@@ -5,7 +5,8 @@ A queue with a limit is claimed on its own, in one transaction that
 1. locks the queue's control row (``SELECT … FOR UPDATE`` on PostgreSQL and
    MySQL/MariaDB; on SQLite a no-op ``UPDATE`` of the row, which takes the
    database's single write lock),
-2. counts the queue's running jobs and its starts within the rate period,
+2. counts the queue's running jobs (and the slots still held by handlers
+   whose rows left ``running``) and its starts within the rate period,
 3. claims at most what is left (the ordinary claim, limited to this queue),
 4. records the new starts on the row, stamped with the database's clock read
    after the claim, and commits, releasing the lock.
@@ -16,11 +17,15 @@ after another. Each one's count (step 2) runs after the previous holder
 committed, and reads committed data with a fresh snapshot (READ COMMITTED on
 PostgreSQL and MySQL, where the count is the first non-locking read after the
 lock; SQLite's writer sees the latest commit), so it includes every job the
-previous holders claimed. Nothing else makes a job of that queue ``running``:
-the sweep, completions and cancels only take jobs out of it. So the number
-running never exceeds the limit, and the recorded starts in any period never
-exceed the rate. Queues without limits take the unchanged claim: a fleet with
-no limits pays nothing but a cached read of the pause flags.
+previous holders claimed. Nothing else makes a job of that queue ``running``.
+What takes a job out of ``running`` while its handler may still run (a cancel,
+the write-off of a timed-out thread that did not stop, a shutdown's release
+after its timeout) first records a slot hold (:mod:`.occupancy`), counted
+with the running rows until the handler has ended or its lease-like expiry
+passes. So the number of handlers running never exceeds the limit, and the
+recorded starts in any period never exceed the rate. Queues without limits
+take the unchanged claim: a fleet with no limits pays nothing but a cached
+read of the pause flags.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from django_arcature.db.clock import database_now
 
 from .control import ensure_rows, paused_queues
 from .limits import QueueLimit, read_limits
+from .occupancy import count_held
 
 if TYPE_CHECKING:
     from django_arcature.managers import JobManager
@@ -192,9 +198,15 @@ def _lock_row(using: str, name: str) -> list[float] | None:
 
 
 def _running(manager: JobManager, name: str) -> int:
+    """The slots taken: ``running`` rows, then handlers that hold a slot without one.
+
+    In this order: a cancel or a write-off that commits between the two reads
+    is then counted twice (one claim fewer, for one pass), never not at all.
+    """
     from django_arcature.models import JobStatus
 
-    return int(manager.filter(queue=name, status=JobStatus.RUNNING).count())
+    rows = int(manager.filter(queue=name, status=JobStatus.RUNNING).count())
+    return rows + count_held(manager.db, name)
 
 
 def _save_starts(using: str, name: str, starts: list[Any]) -> None:

@@ -35,6 +35,7 @@ from django_arcature.core.payloads import check_arguments
 from django_arcature.core.retry import RetryPolicy
 from django_arcature.exceptions import MalformedPayload
 
+from .arguments import stored_arguments
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -46,6 +47,7 @@ from .compat import (
     task_backends,
     task_enqueued,
 )
+from .imports import STRICT, path_problem, source_problem, split_path, trusted
 from .options import (
     TaskOverrides,
     check_max_attempts,
@@ -160,36 +162,26 @@ def task[**P, R](
     return wrapper
 
 
-@dataclass(frozen=True)
-class _Signature:
-    signature: inspect.Signature
-    hints: Mapping[str, Any]
-
-
-_signatures: dict[Callable[..., Any], _Signature] = {}
+_signatures: dict[Callable[..., Any], inspect.Signature] = {}
 _signatures_lock = threading.Lock()
 
 
-def _signature_of(func: Callable[..., Any]) -> _Signature:
+def _signature_of(func: Callable[..., Any]) -> inspect.Signature:
     cached = _signatures.get(func)
     if cached is None:
-        try:
-            hints = typing.get_type_hints(func)
-        except Exception:  # unresolvable forward references: check the signature only
-            hints = {}
-        hints.pop("return", None)
-        cached = _Signature(inspect.signature(func), hints)
+        cached = inspect.signature(func)
         with _signatures_lock:
             _signatures[func] = cached
     return cached
 
 
 class InvalidTaskArguments(MalformedPayload, TypeError):
-    """Arguments a task cannot be enqueued with (not JSON, or not fitting its function).
+    """Stored arguments that do not fit the task's function (found by the worker).
 
-    A TypeError too, as django.tasks promises for arguments it cannot carry
-    (and as calling the function with them would raise); still a
-    MalformedPayload for code that catches ours.
+    A TypeError, as calling the function with them would raise; still a
+    MalformedPayload for code that catches ours. Enqueue does not raise it:
+    the framework takes any call, so a mismatch is found when the task runs
+    (the job then goes dead as ``malformed``, without retries).
     """
 
 
@@ -221,34 +213,53 @@ class ArcatureBackend(BaseTaskBackend):
             raise InvalidTask(" ".join(problems))
 
     def module_allowed(self, module_name: str) -> bool:
-        """Whether a row naming ``module_name`` may make this process import it.
+        """Whether ``module_name`` is trusted: imported for a row without the source check.
 
-        Rows name their task by module path, and the worker (running the row)
-        and ``get_result`` (in any process) import that module to find the
-        Task. Only an installed app's ``tasks`` module, the modules inside its
-        ``tasks`` package, and the modules listed in ``OPTIONS["MODULES"]`` (and
-        inside them) are imported for that: never another module of an
-        installed app (its admin, management commands, tests, a module with
-        side effects), whatever a row says.
+        Trusted are an installed app's ``tasks`` module and the modules inside
+        its ``tasks`` package, and the modules listed in ``OPTIONS["MODULES"]``
+        (and inside them). Under ``IMPORT_POLICY = "strict"`` they are the only
+        modules a row can make this process import; under the default
+        ``"checked"`` any other module may be imported once
+        :func:`~django_arcature.tasks.imports.source_problem` finds nothing
+        against it. Either way what the import produced must be a Task of this
+        backend before anything is called.
         """
         prefixes: Iterable[str] = (
             *(f"{config.name}.tasks" for config in apps.get_app_configs()),
             *self.arcature_options.modules,
         )
-        return any(
-            module_name == prefix or module_name.startswith(prefix + ".") for prefix in prefixes
-        )
+        return trusted(module_name, prefixes)
+
+    def import_refusal(self, module_name: str, attribute: str, *, at_enqueue: bool) -> str | None:
+        """Why a row naming ``module_name.attribute`` may not make this process import it.
+
+        None when it may. ``at_enqueue`` asks as the worker will (which may not
+        have the module imported), so that what can be enqueued is what runs.
+        """
+        if self.module_allowed(module_name):
+            return None
+        if self.arcature_options.import_policy == STRICT:
+            return (
+                f"module {module_name!r} is not an installed app's tasks module nor listed in "
+                f"TASKS[{self.alias!r}]['OPTIONS']['MODULES'] (IMPORT_POLICY is 'strict'), "
+                "so it was not imported"
+            )
+        return source_problem(module_name, attribute, imported_is_enough=not at_enqueue)
 
     def check_arguments(
         self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> None:
-        """Raise InvalidTaskArguments unless the arguments are JSON and fit the function."""
-        found = _signature_of(task.func)
+        """Raise InvalidTaskArguments unless the arguments bind to the function.
+
+        Only the signature: annotations are not enforced (neither Python nor
+        the framework does), and the worker runs this on arguments read back
+        from JSON, which are JSON by construction.
+        """
         try:
             check_arguments(
                 task.func,
-                found.signature,
-                found.hints,
+                _signature_of(task.func),
+                {},
                 args,
                 kwargs,
                 skip_first=task.takes_context,
@@ -265,7 +276,7 @@ class ArcatureBackend(BaseTaskBackend):
             raise InvalidTaskBackend(" ".join(self.option_problems))
 
     def _ensure_reachable(self, task: Task[Any, Any]) -> None:
-        """The worker finds a task by its module path; refuse one it could not find."""
+        """The worker finds a task by its module path; refuse one it would not run."""
         module_name = task.func.__module__
         path = task.module_path
         if module_name == "__main__":
@@ -273,12 +284,17 @@ class ArcatureBackend(BaseTaskBackend):
                 f"{path} is defined in __main__, which a worker process cannot import; "
                 "move it to a module of an installed app."
             )
-        if not self.module_allowed(module_name):
-            raise InvalidTask(
-                f"{path} is not in an installed app's tasks module, so a worker will not "
-                f"import it; move it to <app>.tasks, or add {module_name!r} to "
-                f"TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
-            )
+        problem = path_problem(path)
+        if problem is None:
+            problem = self.import_refusal(module_name, task.func.__qualname__, at_enqueue=True)
+        if problem is not None:
+            if self.arcature_options.import_policy == STRICT:
+                raise InvalidTask(
+                    f"{path} is not in an installed app's tasks module, so a worker will not "
+                    f"import it under IMPORT_POLICY 'strict'; move it to <app>.tasks, or add "
+                    f"{module_name!r} to TASKS[{self.alias!r}]['OPTIONS']['MODULES']."
+                )
+            raise InvalidTask(f"a worker would not run {path}: {problem}.")
         module = sys.modules.get(module_name)
         found = getattr(module, task.func.__qualname__, None)
         if not isinstance(found, Task) or found.func is not task.func:
@@ -286,6 +302,13 @@ class ArcatureBackend(BaseTaskBackend):
                 f"{path} does not name this task (a worker importing it would find "
                 f"{type(found).__name__}); apply @task where the function is defined, "
                 "under the function's own name."
+            )
+        if our_backend(found.backend) is None and not self.module_allowed(module_name):
+            raise InvalidTask(
+                f"{path} is declared for TASKS[{found.backend!r}], which is not an "
+                "ArcatureBackend, and a worker runs only tasks declared for one; declare it "
+                f"with backend={self.alias!r}, or add {module_name!r} to "
+                f"TASKS[{self.alias!r}]['OPTIONS']['MODULES'] to trust its tasks."
             )
 
     # --- the framework's API ---------------------------------------------------------
@@ -299,9 +322,7 @@ class ArcatureBackend(BaseTaskBackend):
         self._ensure_configured()
         self.validate_task(task)
         self._ensure_reachable(task)
-        args = list(args)
-        kwargs = dict(kwargs)
-        self.check_arguments(task, args, kwargs)
+        args, kwargs = stored_arguments(args, kwargs)
         overrides = self.overrides_for(task)
         job = Job.objects.enqueue(
             task.module_path,
@@ -374,10 +395,25 @@ class ArcatureBackend(BaseTaskBackend):
                 )
             )
             messages.extend(self._database_warnings())
+        policy_problem = self.arcature_options.import_policy_problem
         messages.extend(
             checks.Error(problem, hint=_("See docs/reference/django-tasks.md."), id="arcature.E102")
             for problem in self.option_problems
+            if problem != policy_problem
         )
+        if policy_problem is not None:
+            messages.append(
+                checks.Error(
+                    policy_problem,
+                    hint=(
+                        f"Leave TASKS[{self.alias!r}]['OPTIONS']['IMPORT_POLICY'] out (or set "
+                        "it to 'checked') to run any module-level task; set it to 'strict' to "
+                        "run only installed apps' tasks modules and OPTIONS['MODULES']. "
+                        "Until then the worker treats it as 'strict'."
+                    ),
+                    id="arcature.E103",
+                )
+            )
         return messages
 
     def _database_warnings(self) -> list[checks.CheckMessage]:
@@ -424,21 +460,23 @@ def our_backend(alias: str) -> ArcatureBackend | None:
 def resolve_task(path: str, alias: str) -> ResolvedTask | str:
     """The Task a row names, or why there is none (a readable reason, never an exception).
 
-    Only a ``Task`` object is accepted, found in a module of an installed app,
-    and only for a backend alias that is an ArcatureBackend: a row naming
-    ``os.system`` runs nothing.
+    In order: the alias must be an ArcatureBackend here; the path must be
+    plain Python names; the module must be one this process may import
+    (:meth:`ArcatureBackend.import_refusal`, judged before importing); what
+    the import produced must be a ``Task`` under its own module path, declared
+    for an ArcatureBackend (or in a trusted module). A row naming
+    ``os.system`` imports and runs nothing.
     """
     backend = our_backend(alias)
     if backend is None:
         return f"TASKS[{alias!r}] is not configured as an ArcatureBackend on this worker"
-    module_name, _, attribute = path.rpartition(".")
-    if not module_name or not attribute.isidentifier():
-        return f"{path!r} is not a module path"
-    if not backend.module_allowed(module_name):
-        return (
-            f"module {module_name!r} is not an installed app's tasks module nor listed in "
-            f"TASKS[{alias!r}]['OPTIONS']['MODULES'], so it was not imported"
-        )
+    problem = path_problem(path)
+    if problem is not None:
+        return problem
+    module_name, attribute = split_path(path)
+    refusal = backend.import_refusal(module_name, attribute, at_enqueue=False)
+    if refusal is not None:
+        return refusal
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -451,6 +489,11 @@ def resolve_task(path: str, alias: str) -> ResolvedTask | str:
         return f"{path} {what}, not a django.tasks Task"
     if found.module_path != path:
         return f"{path} is an alias of the task {found.module_path}, not the task itself"
+    if our_backend(found.backend) is None and not backend.module_allowed(module_name):
+        return (
+            f"{path} is a task of TASKS[{found.backend!r}], which is not an ArcatureBackend "
+            "here, so it is not run"
+        )
     if found.backend != alias:
         try:
             found = found.using(backend=alias)

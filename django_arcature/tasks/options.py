@@ -17,8 +17,10 @@ from django_arcature.conf import TIMEOUT_EXPECTED, default_retry_policy, is_vali
 from django_arcature.core.limits import MAX_ATTEMPTS_MAX
 from django_arcature.core.retry import RetryPolicy
 
+from .imports import CHECKED, IMPORT_POLICIES, STRICT
+
 #: Keys of ``OPTIONS`` this backend understands.
-OPTION_KEYS = ("MAX_ATTEMPTS", "TIMEOUT", "RETRY", "TASK_OPTIONS", "MODULES")
+OPTION_KEYS = ("MAX_ATTEMPTS", "TIMEOUT", "RETRY", "TASK_OPTIONS", "MODULES", "IMPORT_POLICY")
 #: Keys of one ``OPTIONS["TASK_OPTIONS"]`` entry (and extra fields of ``@task``).
 OVERRIDE_KEYS = ("max_attempts", "timeout", "retry")
 #: Keys of a ``RETRY`` mapping: the arguments of :class:`RetryPolicy`.
@@ -50,8 +52,13 @@ class BackendOptions:
 
     defaults: TaskOverrides = TaskOverrides()
     per_task: Mapping[str, TaskOverrides] = field(default_factory=dict)
-    #: Extra module prefixes (besides installed apps) whose tasks may be run.
+    #: Extra module prefixes (besides installed apps' ``tasks``) trusted without checks.
     modules: tuple[str, ...] = ()
+    #: ``"checked"`` (any module that passes the import checks) or ``"strict"`` (only
+    #: the trusted modules); an invalid value is treated as ``"strict"`` (fail closed).
+    import_policy: str = CHECKED
+    #: Why ``IMPORT_POLICY`` is invalid (its own system check, arcature.E103), or None.
+    import_policy_problem: str | None = None
 
     def for_task(self, module_path: str, own: TaskOverrides) -> TaskOverrides:
         """The task's own fields, then its TASK_OPTIONS entry, then the backend-wide OPTIONS."""
@@ -180,7 +187,17 @@ def parse_options(alias: str, options: object) -> tuple[BackendOptions, list[str
     if isinstance(modules, str) or not all(isinstance(m, str) and m for m in modules):
         problems.append(f"{where}['MODULES'] must be a list of module names (got {modules!r}).")
         modules = ()
-    return BackendOptions(defaults, per_task, tuple(modules)), problems
+    policy = options.get("IMPORT_POLICY", CHECKED)
+    policy_problem = None
+    if policy not in IMPORT_POLICIES:
+        policy_problem = (
+            f"{where}['IMPORT_POLICY'] must be one of {', '.join(map(repr, IMPORT_POLICIES))} "
+            f"(got {policy!r})."
+        )
+        problems.append(policy_problem)
+        policy = STRICT
+    parsed = BackendOptions(defaults, per_task, tuple(modules), policy, policy_problem)
+    return parsed, problems
 
 
 def overrides_of(task: object) -> TaskOverrides:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django_arcature.core.attempt_log import dropped_count, is_marker
 from django_arcature.core.decide import qualified_name
 from django_arcature.exceptions import MalformedPayload, Permanent, UnknownTask
 
@@ -25,6 +26,16 @@ if TYPE_CHECKING:
 
 #: Shown in ``worker_ids`` for an attempt whose worker died before reporting.
 LOST_WORKER_ID = "(lost)"
+#: Shown in ``worker_ids`` for an attempt whose entry the bounded attempt log dropped.
+DROPPED_WORKER_ID = "(dropped)"
+_DROPPED_ENTRY = {
+    "worker": DROPPED_WORKER_ID,
+    "error": {
+        "exception_class_path": qualified_name(Exception),
+        "traceback": "this failed attempt's entry was dropped: the attempt log keeps "
+        "only the first and the latest entries",
+    },
+}
 
 
 class LeaseExpired(Exception):
@@ -40,6 +51,8 @@ _LEASE_EXPIRED_TEXT = "the lease expired while running (the worker stopped heart
 #: Job states as django.tasks reports them.
 STATUS_FOR = {
     "pending": TaskResultStatus.READY,
+    # A workflow node still waiting for its dependencies: not started, as READY says.
+    "waiting": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
     "succeeded": TaskResultStatus.SUCCESSFUL,
     "dead": TaskResultStatus.FAILED,
@@ -93,7 +106,13 @@ def attempt_history(
     attempt when its entry has no error.
     """
     finished = max(attempts - (1 if running_worker is not None else 0), 0)
-    entries = [e for e in log if isinstance(e, dict)][:finished]
+    entries: list[dict[str, Any]] = []
+    for e in log:
+        if is_marker(e):  # entries dropped by the bounded log: failed attempts, in order
+            entries.extend([_DROPPED_ENTRY] * min(dropped_count([e]), finished))
+        elif isinstance(e, dict):
+            entries.append(e)
+    entries = entries[:finished]
     logged = [(str(e.get("worker") or LOST_WORKER_ID), task_error(e.get("error"))) for e in entries]
     lost: list[tuple[str, TaskError | None]] = [
         (LOST_WORKER_ID, _error(LeaseExpired, _LEASE_EXPIRED_TEXT))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import importlib
 import logging
 import math
@@ -19,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
@@ -162,6 +163,7 @@ def run_handler(
             max_attempts=claimed.max_attempts,
             worker_id=worker_id,
             cancel_event=cancel_event or threading.Event(),
+            claim_token=claimed.claim_token,
         )
     if claimed.undecodable:
         return Malformed(claimed.undecodable)
@@ -526,6 +528,11 @@ def completion_for(
     spec: registry.JobSpec | None = None,
 ) -> Completion:
     """Decide what ``outcome`` means for ``claimed`` and build its fenced write."""
+    if isinstance(outcome, HandlerError) and outcome.snooze is not None:
+        snoozed = snooze_completion(claimed, outcome, worker_id=worker_id)
+        if isinstance(snoozed, Completion):
+            return snoozed
+        outcome = snoozed
     if isinstance(outcome, Succeeded):
         decided: Succeeded | Retry | Dead = outcome
     else:
@@ -567,6 +574,41 @@ def completion_for(
                 attempt_log=log,
             )
     raise TypeError(f"not an outcome: {decided!r}")  # pragma: no cover
+
+
+def snooze_completion(
+    claimed: ClaimedJob, outcome: HandlerError, *, worker_id: str
+) -> Completion | HandlerError:
+    """``raise Snooze(s)``: back to pending in ``s`` seconds with its attempt given back.
+
+    Past ``ARCATURE["MAX_SNOOZES"]`` snoozes of this job (counted in its attempt
+    log) the snooze is an ordinary error instead, which uses an attempt: a job
+    cannot snooze forever without ending dead where someone sees it.
+    """
+    assert outcome.snooze is not None
+    done = sum(1 for entry in claimed.attempt_log if isinstance(entry, dict) and "snoozed" in entry)
+    limit = get_settings().max_snoozes
+    if done >= limit:
+        return dataclasses.replace(
+            outcome,
+            snooze=None,
+            message=(
+                f"{outcome.message}; the job has snoozed {done} times "
+                f"(ARCATURE['MAX_SNOOZES'] = {limit}), so this snooze uses an attempt"
+            ),
+        )
+    log = [*claimed.attempt_log, {"worker": worker_id, "error": None, "snoozed": outcome.snooze}]
+    return Completion(
+        claimed.id,
+        claimed.claim_token,
+        "retry",
+        available_at=timezone.now() + timedelta(seconds=outcome.snooze),
+        message=outcome.message,
+        attempt_log=log,
+        retry_delay=outcome.snooze,
+        decided_monotonic=time.monotonic(),
+        attempts=max(0, claimed.attempts - 1),
+    )
 
 
 def attempt_error(outcome: DispatchOutcome) -> dict[str, str] | None:

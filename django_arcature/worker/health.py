@@ -18,10 +18,16 @@ What the probe concludes:
 - the file is older than the allowed age: the loop is stuck, or the process died
   without a word (SIGKILL, OOM): not alive;
 - the worker wrote ``stopped`` on its way out: not alive, with its exit status.
+- the worker says ``write failing``: the same write of finished jobs keeps
+  failing while other round trips work (a row the server refuses by dropping
+  the connection); retrying looks like working, so this fails (exit 1) with
+  the error the worker recorded.
 
-Each write goes to a temporary file in the same folder and is renamed over the
-old one, so a reader sees either the previous record or the new one, never half
-of one. The file is not fsynced: it describes the present, not a durable fact.
+Each write goes to a new file with a random name in the same folder (created
+exclusively, never through a symbolic link) and is renamed over the old one, so a
+reader sees either the previous record or the new one, never half of one, and a
+link planted in a shared folder is replaced, not written through. The file is not
+fsynced: it describes the present, not a durable fact.
 
 This module imports nothing from Django or the package, so
 ``python -m django_arcature.worker.health PATH`` probes without loading a
@@ -31,11 +37,13 @@ project (``manage.py arcature_health`` does the same from inside one).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,8 +76,11 @@ OK = "ok"
 DATABASE_UNREACHABLE = "database unreachable"
 STOPPING = "stopping"
 STOPPED = "stopped"
+#: The same write of finished jobs keeps failing while other round trips work (a row
+#: the server refuses by dropping the connection): not healthy, whatever the database.
+WRITE_FAILING = "write failing"
 #: States of a running worker; ``stopped`` is the only one written by a worker that has ended.
-RUNNING_STATES = frozenset({STARTING, OK, DATABASE_UNREACHABLE, STOPPING})
+RUNNING_STATES = frozenset({STARTING, OK, DATABASE_UNREACHABLE, STOPPING, WRITE_FAILING})
 
 
 class HealthFileError(ValueError):
@@ -97,7 +108,6 @@ class HealthFile:
         self._state = ""
         self._next_write = 0.0
         self._failing = False
-        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self._write(STARTING, {})
         except OSError as exc:
@@ -105,10 +115,19 @@ class HealthFile:
                 f"cannot write the health file {self.path}: {exc.strerror or exc}"
             ) from exc
 
-    def report(self, *, stopping: bool, database_failures: int, **details: Any) -> None:
-        """The loop's state in one call: stopping, else whether its last round trip failed."""
+    def report(
+        self, *, stopping: bool, database_failures: int, failing_write: str = "", **details: Any
+    ) -> None:
+        """The loop's state in one call: stopping, else whether its last round trip failed.
+
+        ``failing_write`` (the loop's reason, once the same write has failed too often)
+        turns the state to ``write failing``: retrying cannot be told from working.
+        """
         if stopping:
             state = STOPPING
+        elif failing_write:
+            state = WRITE_FAILING
+            details = {**details, "failing_write": failing_write}
         elif database_failures:
             state = DATABASE_UNREACHABLE
         else:
@@ -158,14 +177,35 @@ class HealthFile:
             "refresh_within": self.refresh_within,
             **details,
         }
-        try:
-            self._tmp.write_text(json.dumps(record) + "\n")
-            os.replace(self._tmp, self.path)
-        except OSError:
-            self._tmp.unlink(missing_ok=True)
-            raise
+        replace_file(self.path, json.dumps(record) + "\n")
         self._state = state
         self._next_write = time.monotonic() + WRITE_EVERY
+
+
+#: The health file's mode: readable by a probe running as another user (it holds no secret).
+FILE_MODE = 0o644
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Put ``text`` at ``path`` in one rename, never writing through a planted link.
+
+    The text goes to a new file with a random name in the same folder, created
+    with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (``tempfile.mkstemp``): an existing
+    name, a symbolic link among them, is never opened, so another user who can
+    write in a shared folder cannot make the worker overwrite a file of theirs
+    choosing. The rename then replaces whatever entry ``path`` is, a link
+    included, without following it. On failure the temporary file is removed.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), FILE_MODE)
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass(frozen=True)
@@ -221,6 +261,13 @@ def check(
             False,
             f"{who} last wrote its health file {age:.1f}s ago (max age {max_age:g}s, "
             f"state then: {state}): its main loop is stuck or the process is gone",
+        )
+    if state == WRITE_FAILING:
+        return Verdict(
+            False,
+            f"{who} cannot write its finished jobs' outcomes "
+            f"({record.get('failing_writes', '?')} failed tries of the same write): "
+            f"{record.get('failing_write', '?')}",
         )
     if state == DATABASE_UNREACHABLE and require_database:
         return Verdict(

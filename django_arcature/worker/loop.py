@@ -14,6 +14,7 @@ lease that any worker's sweep turns back into ``pending``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -37,7 +38,14 @@ from django_arcature.context import JobContext
 from django_arcature.db import ClaimedJob
 from django_arcature.hints import HintReceiver
 from django_arcature.queues.gate import QueueGate
-from django_arcature.transitions import ClaimTransition, Completion
+from django_arcature.queues.occupancy import (
+    Held,
+    extend_holds,
+    hold_slots,
+    purge_expired,
+    release_holds,
+)
+from django_arcature.transitions import ClaimTransition, Completion, smallest_completion
 from django_arcature.worker.duties import Duties
 from django_arcature.worker.recycling import Drain, Recycler, pending_left
 
@@ -57,6 +65,14 @@ __all__ = ["EXIT_TOO_MANY_ABANDONED_THREADS", "Worker", "WorkerStats", "default_
 FAST_JOB_SECONDS = 0.05
 #: Longest pause between tries while the database is unreachable.
 MAX_FAULT_PAUSE = 5.0
+#: The health file says ``write failing`` once the same write of finished jobs has failed
+#: this many times in a row, or kept failing this many seconds.
+FLUSH_UNHEALTHY_TRIES = 5
+FLUSH_UNHEALTHY_SECONDS = 60.0
+#: After this many failed tries of the same write, its completions are cut to their
+#: smallest form (a short attempt log and texts) and written so: a row the server
+#: refuses by dropping the connection is never retried for ever as it was.
+FLUSH_SHRINK_TRIES = 3
 #: Longest a finished job waits for others to share its write, while jobs are still running.
 FLUSH_DELAY = 0.02
 #: How often (seconds) a progress line is logged while jobs flow.
@@ -205,6 +221,14 @@ class Worker(HandlerThreads):
         self._hints: HintReceiver | None = None
         self._fault = _Fault()
         self._stop_requested = 0
+        # External signals only: a stop the worker asks of itself (recycling, the
+        # abandoned-thread limit) or a call to stop() must not make the supervisor's
+        # first SIGTERM count as a second one.
+        self._signals_received = 0
+        # Slot holds of this worker's handlers that run on after their rows left
+        # `running` (cancelled, written off, handed back): queues/occupancy.py.
+        self._held: dict[ClaimKey, Held] = {}
+        self._loop_done = False
         self._stopping_since: float | None = None
         self._idle_wait = self._min_poll
         self._avg_job_seconds: float | None = None
@@ -215,6 +239,9 @@ class Worker(HandlerThreads):
         self._last_request = 0
         self._last_claim_empty = False
         self._first_finished_at = 0.0
+        self._flush_failures = 0
+        self._flush_failing_since = 0.0
+        self._last_fault = ""
         self._health = self._open_health_file(health_file)
 
     # --- public ------------------------------------------------------------------
@@ -243,9 +270,12 @@ class Worker(HandlerThreads):
         try:
             self._loop_until_done()
         finally:
+            # Every job is written or released: a signal has nothing left to force.
+            self._loop_done = True
             if self._duties is not None:
                 self._duties.stop()
             self._shutdown_threads()
+            self._reconcile_holds(extend=False)  # the handlers that ended free their slots
             self._restore_signals(previous)
             if self._health is not None:
                 self._health.stopped(self._exit_status, jobs_finished=self.stats.finished)
@@ -264,6 +294,7 @@ class Worker(HandlerThreads):
                 self._report_health(self._health)
             if self._database_usable():
                 self._maybe_heartbeat()
+                self._reconcile_holds(extend=False)
                 self._flush()
                 self._maybe_sweep()
                 if self._finish_shutdown_if_due():
@@ -354,6 +385,8 @@ class Worker(HandlerThreads):
         fault.failures += 1
         fault.pause = min(max(fault.pause * 2, 0.1), MAX_FAULT_PAUSE)
         fault.until = time.monotonic() + fault.pause
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        self._last_fault = f"{type(exc).__name__}: {first_line}"[:500]
         logger.warning(
             "database error during %s (%s: %s); retrying in %.1fs",
             step,
@@ -422,6 +455,7 @@ class Worker(HandlerThreads):
             attempt=job.attempts,
             max_attempts=job.max_attempts,
             worker_id=self.worker_id,
+            claim_token=job.claim_token,
         )
 
     def _flush_deadline(self) -> float | None:
@@ -461,6 +495,7 @@ class Worker(HandlerThreads):
             entry = self._inflight.get(done.key)
             if entry is not None and entry.lost:
                 self._inflight.pop(done.key, None)
+                self._track_hold(entry.job)  # a cancel's hold, if any: its handler has ended
                 self.stats.lost += 1
                 logger.warning(
                     "job %s (%s): its claim was lost while it ran, so its %s was not "
@@ -474,18 +509,27 @@ class Worker(HandlerThreads):
         self._finished = batch
         if not batch:
             return
+        if not self._hold_written_off(batch):
+            return  # kept; the holds and then the write are tried again
+        if self._flush_failures >= FLUSH_SHRINK_TRIES:
+            batch = [self._shrunk(done) for done in batch]
+            self._finished = batch
         manager = Job.objects.db_manager(self.using)
         written = self._guarded(
             "completion",
             lambda: manager.write_completions([done.completion for done in batch]),
         )
         if written is None:
+            self._note_flush_failure()
             return  # kept; written once the database answers again
+        self._flush_failures = 0
         self._finished = []
         for done, landed in zip(batch, written, strict=True):
             entry = self._inflight.pop(done.key, None)
             completion = landed.completion
             if landed.outcome is ClaimTransition.LOST:
+                if entry is not None:
+                    self._track_hold(entry.job)  # cancelled after its handler ended
                 self.stats.lost += 1
                 logger.warning(
                     "job %s (%s): claim lost before its %s was written (cancelled, or the "
@@ -523,6 +567,45 @@ class Worker(HandlerThreads):
                     extra=entry.job.log_extra() if entry else {"job_id": str(completion.job_id)},
                 )
 
+    def _shrunk(self, done: _Done) -> _Done:
+        """``done`` with its completion cut to its smallest form (same claim, same fence)."""
+        smaller = smallest_completion(done.completion)
+        if smaller == done.completion:
+            return done
+        logger.error(
+            "job %s: its %s failed to be written %d times; writing it with a shortened "
+            "attempt log and error texts",
+            done.completion.job_id,
+            done.completion.kind,
+            self._flush_failures,
+        )
+        return dataclasses.replace(done, completion=smaller)
+
+    def _note_flush_failure(self) -> None:
+        """Count failures of the same write: heartbeats and claims may still work, so the
+        database fault counter (reset by any success) cannot tell a write that never lands."""
+        if not self._flush_failures:
+            self._flush_failing_since = time.monotonic()
+        self._flush_failures += 1
+        if self._flush_failures == FLUSH_UNHEALTHY_TRIES:
+            logger.error(
+                "worker %s: writing %d finished job(s) failed %d times in a row (%s); "
+                "the health file now says 'write failing'",
+                self.worker_id,
+                len(self._finished),
+                self._flush_failures,
+                self._last_fault,
+            )
+
+    def _failing_write(self) -> str:
+        """The reason for the health file while the same write keeps failing, else ''."""
+        if not self._flush_failures:
+            return ""
+        failing_for = time.monotonic() - self._flush_failing_since
+        if self._flush_failures < FLUSH_UNHEALTHY_TRIES and failing_for < FLUSH_UNHEALTHY_SECONDS:
+            return ""
+        return self._last_fault or "the write of finished jobs keeps failing"
+
     def _maybe_heartbeat(self) -> None:
         now = time.monotonic()
         if now < self._next_heartbeat:
@@ -537,8 +620,10 @@ class Worker(HandlerThreads):
             lost = self._guarded("heartbeat", lambda: manager.heartbeat_many(claims, self.lease))
             if lost is None:
                 return
+            self._hold_lost([self._inflight[key] for key in lost if key in self._inflight])
             for key in lost:
                 self._on_lost(key)
+        self._reconcile_holds(extend=True)
         self._next_heartbeat = time.monotonic() + self.lease / 3
 
     def _on_lost(self, key: ClaimKey) -> None:
@@ -574,6 +659,8 @@ class Worker(HandlerThreads):
         if swept:
             logger.warning("recovered %d job(s) whose lease had expired", swept)
             self._idle_wait = self._min_poll
+        if self._gate.limits:
+            self._guarded("slot holds", functools.partial(purge_expired, self.using))
         self._next_sweep = time.monotonic() + self.conf.sweep_interval
 
     def _drained(self, claimed: int) -> bool:
@@ -610,6 +697,81 @@ class Worker(HandlerThreads):
         if reason is not None:
             logger.warning("worker %s recycling: it %s", self.worker_id, reason)
             self.stop()
+
+    # --- slots held by handlers whose rows left `running` (queues/occupancy.py) ----------
+
+    def _holds_slot(self, job: ClaimedJob) -> bool:
+        limit = self._gate.limits.get(job.queue)
+        return limit is not None and limit.concurrency is not None
+
+    def _track_hold(self, job: ClaimedJob) -> None:
+        """Follow a hold this worker did not write (a cancel's) until its handler ends."""
+        if self._holds_slot(job):
+            self._held[(job.id, job.claim_token)] = Held(job.claim_token, job.id, job.queue)
+
+    def _hold_slots_of(self, jobs: Sequence[ClaimedJob]) -> bool:
+        """Write holds for these claims (idempotent) and follow them; False if the write failed."""
+        held = {
+            (job.id, job.claim_token): Held(job.claim_token, job.id, job.queue)
+            for job in jobs
+            if self._holds_slot(job)
+        }
+        if not held:
+            return True
+        values = list(held.values())
+        written = self._guarded(
+            "slot holds",
+            lambda: hold_slots(self.using, values, self.worker_id, lease_seconds=self.lease),
+        )
+        if written is None:
+            return False
+        self._held.update(held)
+        return True
+
+    def _hold_lost(self, entries: Sequence[_InFlight]) -> None:
+        """Claims a heartbeat found gone: a handler that runs on keeps its slot.
+
+        Cancelled, the hold is there already; swept (the lease ran out), it is
+        written now, so that at least no further claim overlaps this handler.
+        """
+        self._hold_slots_of([entry.job for entry in entries if entry.started])
+        for entry in entries:
+            self._track_hold(entry.job)
+
+    def _hold_written_off(self, batch: Sequence[_Done]) -> bool:
+        """Before writing the timeout of an abandoned thread still running, hold its slot."""
+        running = self._handlers_running()
+        jobs = [
+            entry.job
+            for done in batch
+            if done.key in running and (entry := self._inflight.get(done.key)) is not None
+        ]
+        return self._hold_slots_of(jobs)
+
+    def _handlers_running(self) -> set[ClaimKey]:
+        """The claims whose handlers are running now, abandoned threads included."""
+        with self._lock:
+            return {
+                slot.entry.key
+                for slot in self._slots
+                if slot.entry is not None and slot.thread is not None and slot.thread.is_alive()
+            }
+
+    def _reconcile_holds(self, *, extend: bool) -> None:
+        """Delete the holds whose handlers have ended; ``extend`` the others (a heartbeat)."""
+        if not self._held:
+            return
+        running = self._handlers_running()
+        gone = [key for key in self._held if key not in running]
+        if gone:
+            tokens = [self._held[key].claim_token for key in gone]
+            if self._guarded("slot holds", lambda: release_holds(self.using, tokens)) is None:
+                return
+            for key in gone:
+                self._held.pop(key, None)
+        if extend and self._held:
+            tokens = [held.claim_token for held in self._held.values()]
+            self._guarded("slot holds", lambda: extend_holds(self.using, tokens, self.lease))
 
     # --- shutdown ------------------------------------------------------------------------
 
@@ -649,6 +811,8 @@ class Worker(HandlerThreads):
         running = [entry for entry in self._inflight.values() if not entry.done]
         for entry in running:
             entry.context.cancel("shutdown")
+        # Handed back while their handlers may still run: they keep their slots until then.
+        self._hold_slots_of([entry.job for entry in running if entry.started])
         self._release(running, f"still running after {self.shutdown_timeout:g}s")
         self._flush()
         if self._finished:  # the database failed again: leases will recover these
@@ -749,7 +913,16 @@ class Worker(HandlerThreads):
             signal.signal(signum, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stop_requested:
+        """SIGTERM/SIGINT: the first asks for a graceful stop, the second forces the exit.
+
+        Only signals count towards the second: a worker that stopped itself is
+        shutting down gracefully already, and its supervisor's first SIGTERM
+        (sent because it saw the worker stop) must not end that early.
+        """
+        if self._loop_done:
+            return  # the loop has ended: nothing is left to finish or to force
+        self._signals_received += 1
+        if self._signals_received > 1:
             os.write(
                 2,
                 f"second {signal.Signals(signum).name}: exiting now; leases will "
@@ -775,6 +948,8 @@ class Worker(HandlerThreads):
         health.report(
             stopping=self._stopping_since is not None,
             database_failures=self._fault.failures,
+            failing_write=self._failing_write(),
+            failing_writes=self._flush_failures,
             jobs_running=len(self._inflight),
             jobs_finished=self.stats.finished,
         )

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from django_arcature.core.attempt_log import dropped_count
 from django_arcature.models import Job, JobStatus
 from django_arcature.worker.health import HealthFile, check
 from tests.concurrency.conftest import REPO, WorkerProcess, wait_started, wait_until
@@ -313,3 +314,100 @@ def test_database_outage_is_reported_without_failing_liveness(
         assert record(path)["state"] == "stopped"
     finally:
         worker.cleanup()
+
+
+@pytest.fixture
+def failing_completions() -> Iterator[None]:
+    """Every write of a finished job fails as a dropped connection would (SQLSTATE 08006),
+    from a trigger in the real database: the same write fails each time it is retried."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION arcature_test_fail_completion() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'the test drops this write' USING ERRCODE = '08006'; END $$ "
+            "LANGUAGE plpgsql"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER arcature_test_fail_completion BEFORE UPDATE ON {table} "
+            "FOR EACH ROW WHEN (NEW.status = 'succeeded') "
+            "EXECUTE FUNCTION arcature_test_fail_completion()"
+        )
+    connection.close()
+    yield
+    drop_failing_completions()
+
+
+def drop_failing_completions() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DROP TRIGGER IF EXISTS arcature_test_fail_completion ON {Job._meta.db_table}"
+        )
+        cursor.execute("DROP FUNCTION IF EXISTS arcature_test_fail_completion()")
+    connection.close()
+
+
+@pytest.mark.only_on("postgresql", reason="the failing write is a PL/pgSQL trigger")
+def test_a_write_that_keeps_failing_fails_the_probe_with_its_reason(
+    start_worker: StartWorker, tmp_path: Path, failing_completions: None
+) -> None:
+    """Issue 19 B1: the worker retried the same failed flush for ever and said ``ok``."""
+    path = tmp_path / "health.json"
+    job_id = Job.objects.enqueue("tests.noop").id
+    worker = start_worker("--health-file", str(path))
+    wait_for_state(path, "write failing", worker)
+    data = record(path)
+    assert "the test drops this write" in data["failing_write"]
+    assert data["failing_writes"] >= 5
+    verdict = probe(path, "--max-age", "5")
+    assert verdict.returncode == 1
+    assert "cannot write" in verdict.stderr
+    assert "the test drops this write" in verdict.stderr
+
+    drop_failing_completions()  # the write lands at its next try; the worker is ok again
+    wait_for_state(path, "ok", worker)
+    assert Job.objects.get(id=job_id).status == JobStatus.SUCCEEDED
+
+
+def refuse_long_logs() -> None:
+    """A write whose attempt log is over 6,000 bytes fails as a dropped connection would
+    (as MariaDB answers a statement over max_allowed_packet), every time it is retried."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION arcature_test_fail_completion() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'the test drops this long write' USING ERRCODE = '08006'; END $$ "
+            "LANGUAGE plpgsql"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER arcature_test_fail_completion BEFORE UPDATE ON {table} "
+            "FOR EACH ROW WHEN (NEW.status <> 'running' "
+            "AND octet_length(NEW.attempt_log::text) > 6000) "
+            "EXECUTE FUNCTION arcature_test_fail_completion()"
+        )
+    connection.close()
+
+
+@pytest.mark.only_on("postgresql", reason="the refusing server is a PL/pgSQL trigger")
+def test_a_poison_write_is_shrunk_and_lands_after_bounded_retries(
+    start_worker: StartWorker,
+) -> None:
+    """Issue 19 B1: the worker no longer retries the exact same poison write for ever."""
+    poison = Job.objects.enqueue("tests.noop")
+    plain = Job.objects.enqueue("tests.noop")
+    history = [
+        {"worker": f"old{n}", "error": {"exception_class_path": "x.Y", "traceback": "t" * 2000}}
+        for n in range(10)
+    ]
+    Job.objects.filter(id=poison.id).update(attempt_log=history)  # an earlier life, set up
+    refuse_long_logs()
+    try:
+        worker = start_worker("--burst")
+        assert worker.wait(60) == 0, worker.log
+    finally:
+        drop_failing_completions()
+    row = Job.objects.get(id=poison.id)
+    assert row.status == JobStatus.SUCCEEDED
+    assert row.attempt_log[0]["worker"] == "old0"
+    assert row.attempt_log[-1]["error"] is None
+    assert dropped_count(row.attempt_log) > 0
+    assert Job.objects.get(id=plain.id).status == JobStatus.SUCCEEDED

@@ -95,3 +95,26 @@ def plain_function(label: str) -> None:
 def started_count(marker: str) -> int:
     path = Path(marker)
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@task
+def echo_arguments(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Returns what it was called with, as the worker passed it (the stored form)."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task
+def delete_file(storage: Any, name: str) -> dict[str, Any]:
+    """The shape of a storage package's task: ``delete_file(storage.deconstruct(), name)``.
+
+    ``deconstruct()`` returns ``(path, args_tuple, kwargs_dict)``; the task
+    receives it as lists, as django.tasks' JSON normalisation makes it.
+    """
+    path, args, kwargs = storage
+    return {"storage": path, "args": args, "kwargs": kwargs, "deleted": name}
+
+
+@task
+def annotated_int(value: int) -> Any:
+    """Python does not enforce the annotation, and neither does the framework."""
+    return value

@@ -3,10 +3,13 @@
 Before: any submodule of any installed app named by a row was imported, by the
 worker and by ``get_result`` in a web process (``django.contrib.admin.tests``,
 a management command, a module with side effects), while the README said task
-names are "never imported". Now a row's module is imported only if it is an
+names are "never imported". That allowlist is now ``IMPORT_POLICY = "strict"``
+(these tests run under it): a row's module is imported only if it is an
 installed app's ``tasks`` module (or inside its ``tasks`` package) or listed in
 ``OPTIONS["MODULES"]``; ``enqueue`` refuses a task defined anywhere else, so
-what can be enqueued is exactly what a worker will import.
+what can be enqueued is exactly what a worker will import. The default policy
+(issue 19, tests/integration/test_backend_imports.py) runs any module-level
+task and checks other modules before importing them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from django.test import override_settings
 
 from django_arcature.models import Job
 from django_arcature.tasks.compat import InvalidTask, TaskResultStatus, task_backends
@@ -32,14 +36,36 @@ def row(task_name: str, *args: object) -> Job:
     return Job.objects.enqueue(task_name, args=list(args), backend="default")
 
 
+STRICT_TASKS = {
+    "default": {
+        "BACKEND": "django_arcature.backend.ArcatureBackend",
+        "QUEUES": [],
+        "OPTIONS": {"IMPORT_POLICY": "strict"},
+    }
+}
+
+
+@pytest.fixture(autouse=True)
+def strict() -> Iterator[None]:
+    with override_settings(TASKS=STRICT_TASKS):
+        yield
+
+
+def forget(name: str) -> None:
+    sys.modules.pop(name, None)
+    parent, _, child = name.rpartition(".")
+    if parent in sys.modules and hasattr(sys.modules[parent], child):
+        delattr(sys.modules[parent], child)
+
+
 @pytest.fixture
 def never_imported() -> Iterator[None]:
     """Forget the two modules (another test may have imported them on purpose)."""
     for name in (SIDE_EFFECTS, ADMIN_TESTS):
-        sys.modules.pop(name, None)
+        forget(name)
     yield
     for name in (SIDE_EFFECTS, ADMIN_TESTS):
-        sys.modules.pop(name, None)
+        forget(name)
 
 
 @pytest.mark.usefixtures("never_imported")

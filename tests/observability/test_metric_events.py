@@ -17,7 +17,8 @@ from django_arcature.contrib import prometheus
 from django_arcature.models import Job, JobStatus
 from django_arcature.testing import run_job
 
-pytestmark = pytest.mark.django_db
+# Transactional: jobs_claimed, like job_enqueued, is sent once the claim commits.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

@@ -176,4 +176,8 @@ def unique_echo(value: _Any) -> _Any:
     return value
 
 
-from . import handler_fault_jobs  # noqa: E402, F401  (tests/faults/test_handler_*.py)
+from . import (  # noqa: E402
+    handler_fault_jobs,  # noqa: F401  (tests/faults/test_handler_*.py)
+    limits_jobs,  # noqa: F401  (tests/limits/)
+    workflow_jobs,  # noqa: F401  (workflow and batch handlers)
+)

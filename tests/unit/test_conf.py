@@ -41,6 +41,12 @@ GOOD: dict[str, list[Any]] = {
     "QUEUES": [None, {}, {"email": {"concurrency": 5, "rate": "100/m"}}],
     "RETENTION": [None, {}, {"succeeded": "7d", "dead": 86400, "queues": {"x": {"dead": None}}}],
     "ADMIN_SEARCH_WINDOW": [None, 1, 100_000, 100_000_000],
+    "WORKFLOW_MAX_NODES": [1, 10_000, 10_000_000],
+    "WORKFLOW_MAX_EDGES_PER_NODE": [1, 10_000],
+    "BATCH_MAX_MEMBERS": [1, 100_000],
+    "UPSTREAM_MAX_BYTES": [1024, 1024 * 1024],
+    "MAX_SNOOZES": [0, 100],
+    "PROGRESS_INTERVAL": [0, 0.5, 1.0, 3600],
 }
 BAD: dict[str, list[Any]] = {
     "MAX_PAYLOAD_BYTES": [0, 1023, 4 * 1024 * 1024 + 1, 1.5, "1MiB", True, None],
@@ -69,6 +75,12 @@ BAD: dict[str, list[Any]] = {
     "QUEUES": [[], {"email": {"concurrency": 0}}, {"email": {"rate": "lots"}}],
     "RETENTION": ["7d", {"pending": "1d"}, {"succeeded": "soon"}],
     "ADMIN_SEARCH_WINDOW": [0, -1, 100_000_001, 1000.0, "100000", True],
+    "WORKFLOW_MAX_NODES": [0, -1, 10_000_001, 10.0, "10000", True, None],
+    "WORKFLOW_MAX_EDGES_PER_NODE": [0, 1.5, None],
+    "BATCH_MAX_MEMBERS": [0, "1", None],
+    "UPSTREAM_MAX_BYTES": [1023, 64 * 1024 * 1024 + 1, None],
+    "MAX_SNOOZES": [-1, 1.0, None, True],
+    "PROGRESS_INTERVAL": [-0.1, 3601, float("nan"), None, "1"],
 }
 
 
@@ -117,7 +129,7 @@ def test_misspelt_key_is_refused_with_a_suggestion(key: str, suggestion: str) ->
     (problem,) = validate_settings({key: 1})
     assert f"ARCATURE[{key!r}] is not a known setting." in problem
     assert f"Did you mean {suggestion!r}?" in problem
-    assert "Known keys: ADMIN_SEARCH_WINDOW, BATCH_SIZE, " in problem
+    assert "Known keys: ADMIN_SEARCH_WINDOW, BATCH_MAX_MEMBERS, BATCH_SIZE, " in problem
 
 
 def test_unrelated_key_is_refused_without_a_guess() -> None:

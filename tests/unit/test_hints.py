@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,9 +18,12 @@ from django_arcature.hints import HintReceiver, hint_directory, send_hints
 
 
 @pytest.fixture
-def hint_dir(tmp_path: Path) -> str:
-    # Short: a Unix socket path has a length limit of about 100 bytes.
-    return str(tmp_path)
+def hint_dir() -> Iterator[str]:
+    # Short (a Unix socket path has at most 107 bytes: WAKE_HINT_DIR at most 64), and
+    # this user's own.
+    folder = tempfile.mkdtemp(prefix="arc-h-", dir="/tmp")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_no_worker_means_nothing_sent(hint_dir: str) -> None:
@@ -42,7 +48,7 @@ def test_a_receiver_is_woken_and_cleans_up(hint_dir: str) -> None:
 def test_a_stale_socket_is_removed_not_retried(hint_dir: str) -> None:
     with override_settings(ARCATURE={"WAKE_HINT_DIR": hint_dir}):
         directory = hint_directory("default")
-        directory.mkdir(parents=True)
+        directory.mkdir(mode=0o700)  # as a worker makes it
         stale = directory / "12345-dead.sock"
         dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         dead.bind(str(stale))
@@ -51,8 +57,8 @@ def test_a_stale_socket_is_removed_not_retried(hint_dir: str) -> None:
         assert not stale.exists()
 
 
-def test_an_unusable_folder_turns_hints_off(tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
+def test_an_unusable_folder_turns_hints_off(hint_dir: str) -> None:
+    blocker = Path(hint_dir) / "file"
     blocker.write_text("not a folder")
     with override_settings(ARCATURE={"WAKE_HINT_DIR": str(blocker)}):
         assert not HintReceiver("default", lambda: None).start()
@@ -112,7 +118,7 @@ def test_a_kept_listing_is_read_again_within_a_second_whatever_the_folder_time(
 def test_a_kept_listing_drops_a_worker_that_went_away(hint_dir: str) -> None:
     with override_settings(ARCATURE={"WAKE_HINT_DIR": hint_dir}):
         directory = hint_directory("default")
-        directory.mkdir(parents=True)
+        directory.mkdir(mode=0o700)  # as a worker makes it
         gone = directory / "12345-gone.sock"
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         receiver.bind(str(gone))

@@ -24,6 +24,10 @@ from .registry import multiprocess_enabled, serving_registry
 logger = logging.getLogger(__name__)
 
 RETRY_SECONDS = 10.0
+#: The address served unless told otherwise: this host only. Metrics name queues and
+#: tasks and count a site's traffic; publishing them to the network is a choice
+#: (``--metrics-addr 0.0.0.0``), not a default.
+DEFAULT_ADDR = "127.0.0.1"
 
 
 class MetricsPortInUse(RuntimeError):
@@ -31,12 +35,12 @@ class MetricsPortInUse(RuntimeError):
 
 
 class MetricsServer:
-    """Serves ``/metrics`` on ``addr:port`` from a daemon thread."""
+    """Serves ``/metrics`` on ``addr:port`` (``addr`` empty: 127.0.0.1) from a daemon thread."""
 
     def __init__(
         self,
         port: int,
-        addr: str = "",
+        addr: str = DEFAULT_ADDR,
         *,
         using: str = "default",
         retry_seconds: float = RETRY_SECONDS,
@@ -83,7 +87,7 @@ class MetricsServer:
     def _try_bind(self) -> bool:
         try:
             server, _thread = start_http_server(
-                self.port, addr=self.addr or "0.0.0.0", registry=serving_registry(self.using)
+                self.port, addr=self.addr or DEFAULT_ADDR, registry=serving_registry(self.using)
             )
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
@@ -91,7 +95,7 @@ class MetricsServer:
             return False
         self._server = server
         self.serving = True
-        logger.info("serving metrics on %s:%d/metrics", self.addr or "*", self.port)
+        logger.info("serving metrics on %s:%d/metrics", self.addr or DEFAULT_ADDR, self.port)
         return True
 
     def _keep_trying(self) -> None:

@@ -193,9 +193,11 @@ class Command(RefusedDatabaseStopsCommand):
         )
         parser.add_argument(
             "--metrics-addr",
-            default="",
+            default="127.0.0.1",
             metavar="ADDRESS",
-            help="The address the metrics port listens on. Default: every interface.",
+            help="The address the metrics port listens on. Default: 127.0.0.1, this host only; "
+            "0.0.0.0 (every IPv4 interface) or one interface's address to let Prometheus on "
+            "another host scrape it.",
         )
         parser.add_argument(
             "--health-file",

@@ -1,0 +1,382 @@
+"""Workflow nodes and batch members, moved inside the transaction that finished their upstream.
+
+This is the manager's only code that moves a ``waiting`` job (DESIGN §11). It is
+called, never on its own, from the transactions that finish jobs:
+
+- a fenced completion (``completions``): ``settle`` with the claims that landed,
+- the sweep (``leases``): the jobs it killed as ``exhausted``,
+- an operator's cancel, and a requeue of a dead node (``resume``).
+
+A stale completion is fenced out before it gets here, so it releases nothing; a
+completion whose acknowledgement was lost had released in the transaction that
+committed, and is not settled again when it is recognised. Every step is one or
+two indexed statements, and nothing is read when the finished jobs are not nodes
+(one primary-key lookup per transaction).
+
+**Fan-in without a hot counter.** Each upstream completion writes only the edges
+that leave its own job. Deciding on a dependent needs to see every sibling's
+edge, so the dependent's job row is locked (``SELECT … FOR UPDATE``, in id order)
+as the transaction's last step, and its edges are read after the lock: under READ
+COMMITTED (PostgreSQL, and Django's MySQL/MariaDB default) that read sees every
+sibling that committed before the lock was granted, and a sibling still in flight
+waits for this one, then sees its edge. SQLite runs one writer at a time. The
+release itself is a compare-and-set on ``status = 'waiting'``, so a dependent moves
+once however many siblings look at it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+from django.db.models import F, Sum
+
+from django_arcature.db import DatabaseNow
+from django_arcature.states import JobStatus
+
+if TYPE_CHECKING:
+    from django_arcature.models import Job
+
+logger = logging.getLogger(__name__)
+
+#: How a job finished, as its dependents see it.
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+
+#: The ``when`` values an outcome meets; every other ``when`` is then unmet.
+MET_BY: dict[str, tuple[str, ...]] = {
+    SUCCEEDED: ("succeeded", "always"),
+    FAILED: ("failed", "always"),
+    CANCELLED: ("always",),
+}
+
+#: How a job status reads as an outcome.
+OUTCOME_OF_STATUS = {
+    JobStatus.SUCCEEDED: SUCCEEDED,
+    JobStatus.DEAD: FAILED,
+    JobStatus.CANCELLED: CANCELLED,
+}
+
+
+def _models() -> Any:
+    from django_arcature.workflows import models
+
+    return models
+
+
+def settle_completions(
+    using: str, model: type[Job], finished: Iterable[tuple[uuid.UUID, str]]
+) -> None:
+    """Settle the dependents of landed completions (``kind`` "succeeded"/"dead"/"retry")."""
+    outcomes = {
+        job_id: SUCCEEDED if kind == "succeeded" else FAILED
+        for job_id, kind in finished
+        if kind in ("succeeded", "dead")
+    }
+    settle(using, model, outcomes)
+
+
+def settle(using: str, model: type[Job], finished: Mapping[uuid.UUID, str]) -> list[uuid.UUID]:
+    """Release or cancel what waits on ``finished`` (job id → outcome); must run in its transaction.
+
+    Returns the ids of the nodes released (now ``pending``).
+    """
+    if not finished:
+        return []
+    m = _models()
+    nodes = list(
+        m.WorkflowNode.objects.using(using)
+        .filter(job_id__in=list(finished))
+        .values_list("job_id", "has_dependents", "batch_id")
+    )
+    if not nodes:
+        return []
+    upstream = {job_id: finished[job_id] for job_id, has, _ in nodes if has}
+    members = {job_id: (batch_id, finished[job_id]) for job_id, _, batch_id in nodes if batch_id}
+    released: list[uuid.UUID] = []
+    if upstream:
+        released = _cascade(using, model, upstream)
+    if members:
+        count_members(using, model, members)
+    if released:
+        _wake_workers(using)
+    return released
+
+
+def _cascade(using: str, model: type[Job], frontier: dict[uuid.UUID, str]) -> list[uuid.UUID]:
+    """Mark the edges leaving ``frontier``, then decide each still-waiting dependent."""
+    m = _models()
+    edges = m.WorkflowEdge.objects.using(using)
+    released: list[uuid.UUID] = []
+    while frontier:
+        for outcome in sorted(set(frontier.values())):
+            ups = [job_id for job_id, o in frontier.items() if o == outcome]
+            still_open = edges.filter(upstream_id__in=ups, state=m.EdgeState.OPEN)
+            still_open.filter(when__in=MET_BY[outcome]).update(state=m.EdgeState.MET)
+            still_open.update(state=m.EdgeState.UNMET)
+        dependents = set(
+            edges.filter(upstream_id__in=list(frontier)).values_list("downstream_id", flat=True)
+        )
+        if not dependents:
+            break
+        # Locked in id order, so two transactions deciding on the same dependents
+        # queue up instead of deadlocking.
+        waiting = list(
+            model.objects.using(using)
+            .filter(id__in=sorted(dependents), status=JobStatus.WAITING)
+            .order_by("id")
+            .select_for_update()
+            .values_list("id", flat=True)
+        )
+        if not waiting:
+            break
+        undecided: set[uuid.UUID] = set()
+        unmet: dict[uuid.UUID, uuid.UUID] = {}
+        for down, up, state in (
+            edges.filter(downstream_id__in=waiting)
+            .exclude(state=m.EdgeState.MET)
+            .order_by("id")
+            .values_list("downstream_id", "upstream_id", "state")
+        ):
+            if state == m.EdgeState.OPEN:
+                undecided.add(down)
+            else:
+                # The upstream this round finished names the reason when it is one.
+                if down not in unmet or (up in frontier and unmet[down] not in frontier):
+                    unmet[down] = up
+        ready = [job_id for job_id in waiting if job_id not in undecided and job_id not in unmet]
+        if ready:
+            model.objects.using(using).filter(id__in=ready, status=JobStatus.WAITING).update(
+                status=JobStatus.PENDING, available_at=DatabaseNow()
+            )
+            released.extend(ready)
+        frontier = {}
+        if unmet:
+            cancel_for_upstream(using, model, unmet)
+            frontier = dict.fromkeys(unmet, CANCELLED)
+    return released
+
+
+def cancel_for_upstream(
+    using: str, model: type[Job], causes: Mapping[uuid.UUID, uuid.UUID]
+) -> None:
+    """Cancel waiting nodes whose ``when`` can no longer be met, naming the upstream node."""
+    m = _models()
+    by_cause: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for node, cause in causes.items():
+        by_cause.setdefault(cause, []).append(node)
+    names = dict(
+        m.WorkflowNode.objects.using(using)
+        .filter(job_id__in=list(by_cause))
+        .values_list("job_id", "name")
+    )
+    statuses = dict(
+        model.objects.using(using).filter(id__in=list(by_cause)).values_list("id", "status")
+    )
+    for cause, nodes in by_cause.items():
+        reason = (
+            f"cancelled: its upstream node {names.get(cause, '?')!r} (job {cause}) "
+            f"ended {statuses.get(cause, 'cancelled')}, so its 'when' cannot be met"
+        )
+        model.objects.using(using).filter(id__in=nodes, status=JobStatus.WAITING).update(
+            status=JobStatus.CANCELLED,
+            last_error=reason,
+            finished_at=DatabaseNow(),
+        )
+        m.WorkflowNode.objects.using(using).filter(job_id__in=nodes).update(cancelled_by=cause)
+
+
+# --- batches ---------------------------------------------------------------------
+
+
+def shard_of(job_id: uuid.UUID) -> int:
+    """The counter row a member's completion writes (stable across processes)."""
+    return zlib.crc32(job_id.bytes) % int(_models().BATCH_COUNTER_SHARDS)
+
+
+def count_members(
+    using: str, model: type[Job], members: Mapping[uuid.UUID, tuple[uuid.UUID, str]]
+) -> None:
+    """Count finished members on their shard rows, then fire the callbacks of finished batches."""
+    m = _models()
+    column = {SUCCEEDED: "succeeded", FAILED: "dead", CANCELLED: "cancelled"}
+    counts: Counter[tuple[uuid.UUID, int, str]] = Counter(
+        (batch_id, shard_of(job_id), column[outcome])
+        for job_id, (batch_id, outcome) in members.items()
+    )
+    for (batch_id, shard, name), n in sorted(counts.items(), key=str):
+        m.BatchCounter.objects.using(using).filter(batch_id=batch_id, shard=shard).update(
+            **{name: F(name) + n}
+        )
+    fire_finished_batches(using, model, {batch_id for batch_id, _ in members.values()})
+
+
+def uncount_member(using: str, job_id: uuid.UUID, batch_id: uuid.UUID, outcome: str) -> None:
+    """A requeued member is live again: take it off its shard's count."""
+    m = _models()
+    name = {SUCCEEDED: "succeeded", FAILED: "dead", CANCELLED: "cancelled"}[outcome]
+    m.BatchCounter.objects.using(using).filter(batch_id=batch_id, shard=shard_of(job_id)).update(
+        **{name: F(name) - 1}
+    )
+
+
+def batch_counts(using: str, batch_id: uuid.UUID) -> dict[str, int]:
+    """total, succeeded, dead, cancelled and pending: the batch row and its shard rows."""
+    m = _models()
+    total = m.BatchRun.objects.using(using).filter(id=batch_id).values_list("total", flat=True)
+    sums = (
+        m.BatchCounter.objects.using(using)
+        .filter(batch_id=batch_id)
+        .aggregate(succeeded=Sum("succeeded"), dead=Sum("dead"), cancelled=Sum("cancelled"))
+    )
+    counts = {name: int(value or 0) for name, value in sums.items()}
+    counts["total"] = int(total.first() or 0)
+    counts["pending"] = counts["total"] - counts["succeeded"] - counts["dead"] - counts["cancelled"]
+    return counts
+
+
+def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid.UUID]) -> None:
+    """Enqueue the callbacks of each closed batch whose every member has finished, once.
+
+    The batch row is locked (in id order) and its counters read after the lock, as a
+    dependent's edges are; ``fired_at`` is set in the same transaction.
+    """
+    m = _models()
+    batches = list(
+        m.BatchRun.objects.using(using)
+        .filter(
+            id__in=sorted(batch_ids), closed=True, fired_at__isnull=True, cancelled_at__isnull=True
+        )
+        .order_by("id")
+        .select_for_update()
+    )
+    for batch in batches:
+        counts = batch_counts(using, batch.id)
+        if counts["pending"] > 0:
+            continue
+        handles = [batch.on_finish] if batch.on_finish else []
+        if batch.on_success and counts["dead"] == 0 and counts["cancelled"] == 0:
+            handles.insert(0, batch.on_success)
+        for name in handles:
+            model.objects.db_manager(using).enqueue(name, args=[str(batch.id)])
+        m.BatchRun.objects.using(using).filter(id=batch.id).update(fired_at=DatabaseNow())
+        logger.info("batch %s finished (%s); enqueued %s", batch.id, counts, handles or "nothing")
+
+
+# --- operators -------------------------------------------------------------------
+
+
+def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
+    """A dead node was requeued: bring back as ``waiting`` the nodes its death cancelled.
+
+    Walked in dependency order: a cancelled node comes back unless another
+    upstream, one that stays finished, still rules out its ``when`` (it then stays
+    cancelled, naming that one, and a requeue of that one brings it back). Edges
+    from the nodes that come back to every dependent not yet released are opened
+    again; a dependent already released (``when="failed"`` after the death) stays
+    as it is. Returns the ids that came back.
+    """
+    m = _models()
+    nodes = m.WorkflowNode.objects.using(using)
+    row = nodes.filter(job_id=job_id).values_list("batch_id", "workflow__cancelled_at").first()
+    if row is None:
+        return []
+    batch_id, workflow_cancelled = row
+    if batch_id is not None:
+        uncount_member(using, job_id, batch_id, FAILED)
+    if workflow_cancelled is not None:
+        return []  # a cancelled workflow stays cancelled; only this job runs again
+    edges = m.WorkflowEdge.objects.using(using)
+    # Every node cancelled, directly or not, because of this one.
+    cancelled: set[uuid.UUID] = set()
+    level = {job_id}
+    while level:
+        level = (
+            set(
+                nodes.filter(cancelled_by__in=list(level))
+                .filter(
+                    job_id__in=model.objects.using(using)
+                    .filter(status=JobStatus.CANCELLED)
+                    .values("id")
+                )
+                .values_list("job_id", flat=True)
+            )
+            - cancelled
+        )
+        cancelled |= level
+    back: set[uuid.UUID] = {job_id}
+    if cancelled:
+        incoming: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+        for down, up, state in edges.filter(downstream_id__in=list(cancelled)).values_list(
+            "downstream_id", "upstream_id", "state"
+        ):
+            incoming.setdefault(down, []).append((up, state))
+        order = _dependency_order(cancelled, incoming)
+        ruled_out: dict[uuid.UUID, uuid.UUID] = {}
+        for node in order:
+            blockers = [
+                up
+                for up, state in incoming.get(node, [])
+                if state == m.EdgeState.UNMET and up not in back
+            ]
+            if blockers:
+                ruled_out[node] = blockers[0]
+            else:
+                back.add(node)
+        returning = [node for node in order if node in back]
+        if returning:
+            model.objects.using(using).filter(id__in=returning, status=JobStatus.CANCELLED).update(
+                status=JobStatus.WAITING, last_error="", finished_at=None
+            )
+            nodes.filter(job_id__in=returning).update(cancelled_by=None)
+        for node, cause in ruled_out.items():
+            nodes.filter(job_id=node).update(cancelled_by=cause)
+    # Their outcomes are undone: every dependent not released yet (waiting, or still
+    # cancelled by another upstream) waits for them again.
+    unreleased = (
+        model.objects.using(using)
+        .filter(status__in=(JobStatus.WAITING, JobStatus.CANCELLED))
+        .values("id")
+    )
+    edges.filter(upstream_id__in=list(back), downstream_id__in=unreleased).update(
+        state=m.EdgeState.OPEN
+    )
+    return sorted(back - {job_id})
+
+
+def _dependency_order(
+    group: set[uuid.UUID], incoming: Mapping[uuid.UUID, list[tuple[uuid.UUID, str]]]
+) -> list[uuid.UUID]:
+    """``group`` ordered so each node comes after its upstream nodes within the group."""
+    left = {node: {up for up, _ in incoming.get(node, []) if up in group} for node in group}
+    order: list[uuid.UUID] = []
+    while left:
+        ready = sorted(node for node, ups in left.items() if not ups)
+        if not ready:  # impossible for a workflow (refused at build); keep going anyway
+            ready = sorted(left)
+        for node in ready:
+            del left[node]
+            order.append(node)
+        for ups in left.values():
+            ups.difference_update(ready)
+    return order
+
+
+def _wake_workers(using: str) -> None:
+    """Nudge this host's idle workers once the released nodes are committed."""
+    from django_arcature.conf import get_settings
+    from django_arcature.hints import hint_directory, send_hints
+
+    conf = get_settings()
+    if not conf.wake_hints:
+        return
+    directory = hint_directory(using, conf)
+    transaction.on_commit(lambda: send_hints(using, directory), using=using)
+
+
+def in_transaction(using: str) -> bool:
+    return connections[using].in_atomic_block

@@ -1,0 +1,363 @@
+"""Enqueueing and cancelling workflows and batches: their job rows, nodes and edges.
+
+The builders (``django_arcature.Workflow`` and ``Batch``) validate the shape and
+call these; every job row they add or change is written here, in the caller's
+transaction (or one of its own).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from django.db import IntegrityError, transaction
+
+from django_arcature import signals
+from django_arcature.db import DatabaseNow, driver_for
+from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.states import JobStatus
+
+from .base import JobWriter
+from .dependencies import CANCELLED, count_members, fire_finished_batches, shard_of
+from .enqueue import EnqueueWrites
+
+if TYPE_CHECKING:
+    from django_arcature.models import Job
+    from django_arcature.workflows.models import BatchRun, WorkflowRun
+
+#: What a cancel of a workflow or a batch stops.
+_STOPPABLE = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
+
+
+@dataclass
+class NodeRow:
+    """One node to insert: its job and where it sits."""
+
+    job_id: uuid.UUID
+    task: Any
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: Mapping[str, Any] = field(default_factory=dict)
+    after: list[uuid.UUID] = field(default_factory=list)
+    when: str = "succeeded"
+    has_dependents: bool = False
+
+
+def _models() -> Any:
+    from django_arcature.workflows import models
+
+    return models
+
+
+class WorkflowWrites(JobWriter):
+    """Workflows and batches in, and out again when an operator cancels them."""
+
+    def enqueue_workflow(
+        self, name: str, key: str | None, nodes: Sequence[NodeRow]
+    ) -> tuple[WorkflowRun, bool]:
+        """Insert a workflow's rows in one transaction: (the workflow, whether it is new).
+
+        Nodes without dependencies start ``pending``, the others ``waiting``. With
+        a ``key`` held by a live workflow, nothing is inserted and that one is
+        returned; a workflow whose nodes have all finished gives its key up here.
+        """
+        m = _models()
+        using = self.db
+
+        def operation() -> tuple[WorkflowRun, bool]:
+            with transaction.atomic(using=using):
+                run = m.WorkflowRun(name=name, key=key or "", live_key=key, node_count=len(nodes))
+                if key is not None:
+                    holder = self._live_holder(key)
+                    if holder is not None:
+                        return holder, False
+                    try:
+                        with transaction.atomic(using=using):
+                            run.save(using=using, force_insert=True)
+                    except IntegrityError:
+                        holder = self._live_holder(key)
+                        if holder is None:
+                            raise
+                        return holder, False
+                else:
+                    run.save(using=using, force_insert=True)
+                jobs = self._insert_node_jobs(nodes)
+                m.WorkflowNode.objects.using(using).bulk_create(
+                    [
+                        m.WorkflowNode(
+                            job_id=node.job_id,
+                            workflow_id=run.id,
+                            name=node.name,
+                            when=node.when,
+                            has_dependents=node.has_dependents,
+                        )
+                        for node in nodes
+                    ],
+                    batch_size=1000,
+                )
+                m.WorkflowEdge.objects.using(using).bulk_create(
+                    [
+                        m.WorkflowEdge(
+                            workflow_id=run.id,
+                            upstream_id=up,
+                            downstream_id=node.job_id,
+                            when=node.when,
+                        )
+                        for node in nodes
+                        for up in node.after
+                    ],
+                    batch_size=1000,
+                )
+                self._enqueuer()._announce_enqueued(
+                    [job for job in jobs if job.status == JobStatus.PENDING]
+                )
+                return run, True
+
+        return _retry_on_lock_conflict(using, operation)
+
+    def _enqueuer(self) -> EnqueueWrites:
+        """This manager as the enqueue part it is combined with in ``JobManager``."""
+        return cast("EnqueueWrites", self)
+
+    def _live_holder(self, key: str) -> WorkflowRun | None:
+        """The live workflow holding ``key``; one whose nodes all finished lets it go."""
+        m = _models()
+        holder = (
+            m.WorkflowRun.objects.using(self.db).select_for_update().filter(live_key=key).first()
+        )
+        if holder is None:
+            return None
+        live = (
+            self.using(self.db)
+            .filter(
+                id__in=m.WorkflowNode.objects.using(self.db)
+                .filter(workflow_id=holder.id)
+                .values("job_id"),
+                status__in=_STOPPABLE,
+            )
+            .exists()
+        )
+        if live:
+            return holder  # type: ignore[no-any-return]
+        m.WorkflowRun.objects.using(self.db).filter(id=holder.id).update(live_key=None)
+        return None
+
+    def _insert_node_jobs(self, nodes: Sequence[NodeRow]) -> list[Job]:
+        """The nodes' job rows, validated as any enqueue is, grouped by task and options."""
+        groups: dict[tuple[Any, ...], list[NodeRow]] = {}
+        for node in nodes:
+            groups.setdefault((node.task, tuple(sorted(node.options.items()))), []).append(node)
+        inserted: list[Job] = []
+        for (task, options), members in groups.items():
+            chosen = dict(options)
+            rows, varying, _ = self._enqueuer()._build_rows(
+                task,
+                [(node.args, node.kwargs) for node in members],
+                queue=chosen.get("queue"),
+                priority=chosen.get("priority"),
+                delay=chosen.get("delay"),
+                run_at=chosen.get("run_at"),
+                max_attempts=chosen.get("max_attempts"),
+                unique_key=None,
+                backend="",
+            )
+            for row, node in zip(rows, members, strict=True):
+                row.id = node.job_id
+                # A node is deduplicated by its workflow's key, not its own: a waiting
+                # row may hold no unique key (arcature_unique_key_only_active).
+                row.unique_key = None
+                row.status = JobStatus.PENDING if not node.after else JobStatus.WAITING
+            driver_for(self.db).insert_rows(
+                self.model, rows, {*varying, "id", "status", "payload", "unique_key"}, 1000
+            )
+            for row in rows:
+                row._state.adding = False
+                row._state.db = self.db
+            inserted.extend(rows)
+        return inserted
+
+    def cancel_workflow(self, workflow_id: uuid.UUID) -> int:
+        """Cancel every waiting, pending and running node; running ones are fenced out.
+
+        A running node's worker sees the claim lost at its next heartbeat
+        (``current_job().cancel_requested``). Returns how many jobs were cancelled.
+        """
+        m = _models()
+
+        def operation() -> int:
+            with transaction.atomic(using=self.db):
+                node_ids = (
+                    m.WorkflowNode.objects.using(self.db)
+                    .filter(workflow_id=workflow_id)
+                    .values("job_id")
+                )
+                rows = self._cancel_where(id__in=node_ids)
+                m.WorkflowRun.objects.using(self.db).filter(id=workflow_id).update(
+                    live_key=None, cancelled_at=DatabaseNow()
+                )
+                return rows
+
+        return _retry_on_lock_conflict(self.db, operation)
+
+    def _cancel_where(self, **where: Any) -> int:
+        ids = list(
+            self.using(self.db)
+            .filter(status__in=_STOPPABLE, **where)
+            .order_by("id")
+            .select_for_update()
+            .values_list("id", flat=True)
+        )
+        if not ids:
+            return 0
+        rows = (
+            self.using(self.db)
+            .filter(id__in=ids, status__in=_STOPPABLE)
+            .update(
+                status=JobStatus.CANCELLED,
+                claim_token=None,
+                unique_key=None,
+                lease_expires_at=None,
+                finished_at=DatabaseNow(),
+                last_error="cancelled with its workflow or batch",
+            )
+        )
+        model = self.model
+        transaction.on_commit(
+            lambda: [signals.job_cancelled.send(sender=model, job_id=job_id) for job_id in ids],
+            using=self.db,
+        )
+        return rows
+
+    # --- batches --------------------------------------------------------------------
+
+    def enqueue_batch(
+        self,
+        batch_id: uuid.UUID | None,
+        members: Sequence[NodeRow],
+        *,
+        name: str = "",
+        on_success: str = "",
+        on_finish: str = "",
+        close: bool,
+        limit: int,
+    ) -> BatchRun:
+        """Create a batch (``batch_id`` None) or add to an open one, in one transaction."""
+        m = _models()
+        using = self.db
+
+        def operation() -> BatchRun:
+            with transaction.atomic(using=using):
+                if batch_id is None:
+                    batch = m.BatchRun.objects.using(using).create(
+                        name=name, on_success=on_success, on_finish=on_finish
+                    )
+                    m.BatchCounter.objects.using(using).bulk_create(
+                        [
+                            m.BatchCounter(batch=batch, shard=shard)
+                            for shard in range(m.BATCH_COUNTER_SHARDS)
+                        ]
+                    )
+                else:
+                    batch = (
+                        m.BatchRun.objects.using(using).select_for_update().filter(id=batch_id)
+                    ).first()
+                    if batch is None:
+                        raise LookupError(f"no batch {batch_id}")
+                    if batch.closed or batch.cancelled_at is not None:
+                        raise ValueError(
+                            f"batch {batch_id} is closed: members can be added only "
+                            "to a batch enqueued with close=False and not closed since"
+                        )
+                if batch.total + len(members) > limit:
+                    raise ValueError(
+                        f"a batch holds at most {limit} members "
+                        f"(ARCATURE['BATCH_MAX_MEMBERS']); this one would hold "
+                        f"{batch.total + len(members)}"
+                    )
+                jobs = self._insert_node_jobs(members)
+                m.WorkflowNode.objects.using(using).bulk_create(
+                    [
+                        m.WorkflowNode(job_id=node.job_id, batch_id=batch.id, name=node.name)
+                        for node in members
+                    ],
+                    batch_size=1000,
+                )
+                batch.total += len(members)
+                batch.closed = close
+                m.BatchRun.objects.using(using).filter(id=batch.id).update(
+                    total=batch.total, closed=close
+                )
+                if close:
+                    fire_finished_batches(using, self.model, [batch.id])
+                self._enqueuer()._announce_enqueued(jobs)
+                return batch  # type: ignore[no-any-return]
+
+        return _retry_on_lock_conflict(using, operation)
+
+    def close_batch(self, batch_id: uuid.UUID) -> None:
+        """No more members: the callbacks fire once the last one finishes (now if it has)."""
+        m = _models()
+
+        def operation() -> None:
+            with transaction.atomic(using=self.db):
+                m.BatchRun.objects.using(self.db).filter(id=batch_id).update(closed=True)
+                fire_finished_batches(self.db, self.model, [batch_id])
+
+        _retry_on_lock_conflict(self.db, operation)
+
+    def cancel_batch(self, batch_id: uuid.UUID) -> int:
+        """Cancel the batch's unfinished members; a cancelled batch enqueues no callback."""
+        m = _models()
+
+        def operation() -> int:
+            with transaction.atomic(using=self.db):
+                m.BatchRun.objects.using(self.db).filter(id=batch_id).select_for_update().exists()
+                member_ids = (
+                    m.WorkflowNode.objects.using(self.db).filter(batch_id=batch_id).values("job_id")
+                )
+                live = list(
+                    self.using(self.db)
+                    .filter(id__in=member_ids, status__in=_STOPPABLE)
+                    .values_list("id", flat=True)
+                )
+                m.BatchRun.objects.using(self.db).filter(id=batch_id).update(
+                    cancelled_at=DatabaseNow(), closed=True
+                )
+                rows = self._cancel_where(id__in=live)
+                count_members(self.db, self.model, dict.fromkeys(live, (batch_id, CANCELLED)))
+                return rows
+
+        return _retry_on_lock_conflict(self.db, operation)
+
+    # --- progress -------------------------------------------------------------------
+
+    def set_progress(
+        self, job_id: uuid.UUID, claim_token: uuid.UUID, fraction: float, message: str
+    ) -> bool:
+        """Store a running job's progress, only under its claim; False if the claim is lost."""
+        m = _models()
+
+        def operation() -> bool:
+            with transaction.atomic(using=self.db):
+                held = self._fenced(job_id, claim_token).select_for_update().exists()
+                if not held:
+                    return False
+                updated = (
+                    m.JobProgress.objects.using(self.db)
+                    .filter(job_id=job_id)
+                    .update(fraction=fraction, message=message, updated_at=DatabaseNow())
+                )
+                if not updated:
+                    m.JobProgress.objects.using(self.db).create(
+                        job_id=job_id, fraction=fraction, message=message
+                    )
+                return True
+
+        return _retry_on_lock_conflict(self.db, operation)
+
+
+def shard_for(job_id: uuid.UUID) -> int:
+    return shard_of(job_id)

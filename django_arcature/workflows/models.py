@@ -1,0 +1,192 @@
+"""The tables a workflow or batch adds beside the job table.
+
+Job rows stay where they are: a node *is* a job (same id), so the admin, ``wait()``,
+cancel and requeue work on it as on any job. What is new:
+
+- :class:`WorkflowRun`: one per enqueued workflow; ``live_key`` holds its key while
+  the workflow is live (NULL never collides, so finished workflows free their key).
+- :class:`WorkflowNode`: one per node, keyed by its job's id: its name in the
+  workflow, its ``when``, and which upstream node cancelled it (for resume).
+- :class:`WorkflowEdge`: one row per dependency. A completion writes only the
+  edges *leaving* its own job, so siblings finishing together write different
+  rows; only the last step (deciding on the dependent) takes the dependent's row
+  lock, at the end of the completion's transaction.
+- :class:`BatchRun` and :class:`BatchCounter`: a batch and its counters, split
+  over a few shard rows so concurrent member completions rarely meet on one row;
+  the counts are the sum of the shards (``BATCH_COUNTER_SHARDS`` rows, never the
+  members), the total is on the batch row (written only when members are added).
+
+No database foreign key points at the job table: pruning jobs stays a plain
+``DELETE`` (Django's fast delete), and a node whose job was pruned is simply gone.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from django_arcature.db.fields import ExactCharField
+
+__all__ = [
+    "BATCH_COUNTER_SHARDS",
+    "BatchCounter",
+    "BatchRun",
+    "EdgeState",
+    "JobProgress",
+    "When",
+    "WorkflowEdge",
+    "WorkflowNode",
+    "WorkflowRun",
+]
+
+#: Counter rows per batch: member completions pick one by their job id.
+BATCH_COUNTER_SHARDS = 16
+
+
+class When(models.TextChoices):
+    """What a dependent needs of its upstream nodes to run."""
+
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    ALWAYS = "always", _("always")
+
+
+class EdgeState(models.TextChoices):
+    """One dependency: not decided yet, met, or never to be met."""
+
+    OPEN = "open", _("open")
+    MET = "met", _("met")
+    UNMET = "unmet", _("unmet")
+
+
+class WorkflowRun(models.Model):
+    """An enqueued workflow (the builder is ``django_arcature.Workflow``)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(_("name"), max_length=200)
+    key = ExactCharField(_("key"), max_length=255, blank=True, default="")
+    #: The key while the workflow is live, NULL once it is finished or cancelled.
+    live_key = ExactCharField(_("live key"), max_length=255, null=True, blank=True, unique=True)
+    node_count = models.IntegerField(_("nodes"), default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    cancelled_at = models.DateTimeField(_("cancelled at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+        ordering = ("-created_at",)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key})" if self.key else self.name
+
+
+class BatchRun(models.Model):
+    """An enqueued batch: callbacks by task name, fired once when the last member ends."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(_("name"), max_length=200, blank=True, default="")
+    on_success = models.CharField(_("on success"), max_length=255, blank=True, default="")
+    on_finish = models.CharField(_("on finish"), max_length=255, blank=True, default="")
+    #: Members added so far; written only under the batch row's lock (adding, closing).
+    total = models.IntegerField(_("members"), default=0)
+    #: Open: members may still be added; the callbacks wait for it to be closed.
+    closed = models.BooleanField(_("closed"), default=False)
+    #: Set in the transaction that enqueued the callbacks: they never fire twice.
+    fired_at = models.DateTimeField(_("callbacks enqueued at"), null=True, blank=True)
+    cancelled_at = models.DateTimeField(_("cancelled at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("batch")
+        verbose_name_plural = _("batches")
+        ordering = ("-created_at",)
+
+    def __str__(self) -> str:
+        return self.name or str(self.id)
+
+
+class BatchCounter(models.Model):
+    """One shard of a batch's counters; the batch's counts are the sums over its shards."""
+
+    batch = models.ForeignKey(BatchRun, on_delete=models.CASCADE, related_name="counters")
+    shard = models.SmallIntegerField()
+    succeeded = models.IntegerField(default=0)
+    dead = models.IntegerField(default=0)
+    cancelled = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=["batch", "shard"], name="arcature_batch_shard"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.batch_id}#{self.shard}"
+
+
+class WorkflowNode(models.Model):
+    """A job's place in a workflow or batch; its state is its job's status."""
+
+    job_id = models.UUIDField(primary_key=True)
+    workflow = models.ForeignKey(
+        WorkflowRun, on_delete=models.CASCADE, null=True, blank=True, related_name="nodes"
+    )
+    batch = models.ForeignKey(
+        BatchRun, on_delete=models.CASCADE, null=True, blank=True, related_name="members"
+    )
+    name = models.CharField(_("name"), max_length=200)
+    when = models.CharField(_("when"), max_length=16, choices=When.choices, default=When.SUCCEEDED)
+    #: Whether any edge leaves this node: a completion of a leaf looks no further.
+    has_dependents = models.BooleanField(default=False)
+    #: The upstream job whose outcome cancelled this node (a requeue of it resumes this one).
+    cancelled_by = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow node")
+        verbose_name_plural = _("workflow nodes")
+        constraints = (
+            models.UniqueConstraint(fields=["workflow", "name"], name="arcature_node_name"),
+        )
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkflowEdge(models.Model):
+    """``downstream`` waits for ``upstream``; written by the upstream job's completion."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="edges")
+    upstream_id = models.UUIDField()
+    downstream_id = models.UUIDField()
+    #: The dependent's ``when``, copied so an upstream's completion decides its edges alone.
+    when = models.CharField(max_length=16, choices=When.choices, default=When.SUCCEEDED)
+    state = models.CharField(max_length=8, choices=EdgeState.choices, default=EdgeState.OPEN)
+
+    class Meta:
+        indexes = (models.Index(fields=["downstream_id", "state"], name="arcature_edge_down_idx"),)
+        constraints = (
+            models.UniqueConstraint(
+                fields=["upstream_id", "downstream_id"], name="arcature_edge_once"
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.upstream_id} → {self.downstream_id} ({self.state})"
+
+
+class JobProgress(models.Model):
+    """The last progress a running job reported (``current_job().progress()``), fenced."""
+
+    job_id = models.UUIDField(primary_key=True)
+    fraction = models.FloatField(_("progress"), default=0.0)
+    message = models.CharField(_("message"), max_length=255, blank=True, default="")
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("job progress")
+        verbose_name_plural = _("job progress")
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.fraction:.0%} {self.message}"

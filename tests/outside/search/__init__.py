@@ -1,0 +1,1 @@
+"""A package that is not an installed app, with a ``tasks`` module."""

@@ -1,0 +1,83 @@
+"""Settings of the third-party site: Wagtail, django-modelsearch, ArcatureBackend.
+
+``TASKS`` names the backend and nothing else, as a new user would write it:
+no ``OPTIONS["MODULES"]``, so the packages' tasks must be found with zero
+configuration. The database comes from ARCATURE_TEST_DB / DATABASE_URL as in
+the main suite; worker subprocesses set ARCATURE_USE_TEST_DATABASE=1.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import django
+
+from tests.dburl import database_url, parse
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+DATABASES = {"default": parse(database_url(), BASE_DIR)}
+# One media folder per database name, shared by the test process and its workers
+# (named before a worker switches to the test database): a deleted image's file
+# must disappear from here when its job runs.
+MEDIA_ROOT = BASE_DIR / "var" / f"thirdparty-media-{Path(str(DATABASES['default']['NAME'])).stem}"
+if os.environ.get("ARCATURE_USE_TEST_DATABASE") == "1":
+    DATABASES["default"]["NAME"] = (
+        DATABASES["default"].get("TEST", {}).get("NAME") or "test_" + DATABASES["default"]["NAME"]
+    )
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_arcature",
+    "wagtail",
+    "wagtail.admin",
+    "wagtail.search",
+    "wagtail.users",
+    "wagtail.images",
+    "wagtail.documents",
+    "taggit",
+    "modelcluster",
+    "tests.thirdparty.site",
+]
+# On PostgreSQL, Wagtail's search index uses django.contrib.postgres' search fields.
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    INSTALLED_APPS.append("django.contrib.postgres")
+# On Django 5.2 the tasks framework is the django-tasks backport, an app of its own.
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")
+
+MIDDLEWARE: list[str] = []
+ROOT_URLCONF = "tests.thirdparty.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": []},
+    }
+]
+
+MEDIA_URL = "/media/"
+STATIC_URL = "/static/"
+
+WAGTAIL_SITE_NAME = "arcature third-party site"
+WAGTAILADMIN_BASE_URL = "http://localhost"
+
+TASKS = {"default": {"BACKEND": "django_arcature.backend.ArcatureBackend"}}
+ARCATURE: dict[str, object] = {"LEASE_SECONDS": 30, "POLL_INTERVAL": 0.05}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_arcature": {"handlers": ["console"], "level": "WARNING"}},
+}
