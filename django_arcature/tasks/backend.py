@@ -405,12 +405,13 @@ class ArcatureBackend(BaseTaskBackend):
             messages.append(
                 checks.Error(
                     policy_problem,
-                    hint=(
-                        f"Leave TASKS[{self.alias!r}]['OPTIONS']['IMPORT_POLICY'] out (or set "
+                    hint=_(
+                        "Leave TASKS[%(alias)r]['OPTIONS']['IMPORT_POLICY'] out (or set "
                         "it to 'checked') to run any module-level task; set it to 'strict' to "
                         "run only installed apps' tasks modules and OPTIONS['MODULES']. "
                         "Until then the worker treats it as 'strict'."
-                    ),
+                    )
+                    % {"alias": self.alias},
                     id="arcature.E103",
                 )
             )
