@@ -11,6 +11,7 @@ from django.db.models import Count, Q
 from django_arcature import registry
 from django_arcature.conf import get_settings
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import queue_name
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.queues.control import pause, resume
 from django_arcature.queues.limits import configured_queues, read_limits
@@ -21,7 +22,20 @@ class Command(RefusedDatabaseStopsCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["pause", "resume", "list"])
-        parser.add_argument("name", nargs="?", help="The queue (required for pause and resume).")
+        parser.add_argument(
+            "name",
+            nargs="?",
+            type=queue_name,
+            help="The queue (required for pause and resume); the names --queue of "
+            "arcature_worker takes.",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Pause a queue that nothing names yet (no @job, ARCATURE['QUEUES'] entry or "
+            "live job), e.g. ahead of its first job. Without it such a name is refused as a "
+            "likely typo.",
+        )
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -34,10 +48,13 @@ class Command(RefusedDatabaseStopsCommand):
             raise CommandError(f"arcature_queue {action} needs a queue name")
         if action == "pause":
             unnamed = _spelling_note(name, _named_queues(using))
+            if unnamed and not options["force"]:
+                # Refused rather than paused with a note: the row would outlive the typo,
+                # and the real queue would keep running.
+                raise CommandError(f"not pausing {name!r}{unnamed}; pass --force to pause it")
             changed = pause(name, using)
             self.stdout.write(
-                (f"queue {name} paused" if changed else f"queue {name} was already paused")
-                + unnamed
+                f"queue {name} paused" if changed else f"queue {name} was already paused"
             )
         else:
             changed = resume(name, using)
@@ -108,4 +125,4 @@ def _spelling_note(name: str, named: set[str]) -> str:
         return ""
     nearest = difflib.get_close_matches(name, sorted(named), n=1)
     hint = f"; did you mean {nearest[0]!r}?" if nearest else "; check the spelling"
-    return f" (no @job, ARCATURE['QUEUES'] entry or live job names {name!r}{hint})"
+    return f": no @job, ARCATURE['QUEUES'] entry or live job names it{hint}"
