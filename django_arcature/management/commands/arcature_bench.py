@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import platform
+import signal
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -23,6 +27,34 @@ def _positive(text: str) -> int:
     if value < 1:
         raise ValueError(text)
     return value
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwind through the cleanup instead of dying in place.
+
+    A BaseException, as KeyboardInterrupt is, so no ``except Exception`` on the way
+    (the database layer's retries, say) can swallow it and carry on measuring."""
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM (a supervisor, a CI timeout) into an exception while measuring.
+
+    Python's default action ends the process at once, skipping ``finally``: the
+    bench's worker processes kept running and its rows stayed in the scratch queue.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise _Terminated("stopped by SIGTERM; the benchmark's workers and rows were removed")
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Command(RefusedDatabaseStopsCommand):
@@ -66,35 +98,21 @@ class Command(RefusedDatabaseStopsCommand):
             bench.check_scratch()
         except BenchRefused as exc:
             raise CommandError(str(exc)) from exc
-        repeat = options["repeat"]
         results: dict[str, Any] = {
             "database": connections[using].vendor,
             "python": platform.python_version(),
             "jobs": options["jobs"],
-            "repeat": repeat,
+            "repeat": options["repeat"],
         }
         started = time.monotonic()
         try:
-            self._progress(options, "enqueue one by one")
-            results["enqueue_single_per_s"] = statistics.median(
-                bench.enqueue_single(options["single"]) for _ in range(repeat)
-            )
-            self._progress(options, "enqueue in bulk")
-            results["enqueue_bulk_per_s"] = statistics.median(
-                bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
-            )
-            drain: dict[str, float] = {}
-            for processes in range(1, options["workers"] + 1):
-                self._progress(options, f"drain with {processes} worker process(es)")
-                drain[str(processes)] = statistics.median(
-                    bench.drain(options["jobs"], processes) for _ in range(repeat)
-                )
-            results["drain_per_s"] = drain
-            self._progress(options, "idle pickup latency")
-            results.update(bench.pickup(options["samples"]))
-        except BenchFailed as exc:
+            with _sigterm_raises():
+                self._measure(bench, options, results)
+        except (BenchFailed, _Terminated) as exc:
             raise CommandError(str(exc)) from exc
         finally:
+            # Whatever stopped the run (a failure, Ctrl-C, SIGTERM): no worker left
+            # running and no row left in the scratch queue.
             bench.stop_workers()
             bench.clear()
         results["seconds"] = round(time.monotonic() - started, 1)
@@ -102,6 +120,26 @@ class Command(RefusedDatabaseStopsCommand):
             self.stdout.write(json.dumps(results, indent=2))
         else:
             self._table(results)
+
+    def _measure(self, bench: Bench, options: dict[str, Any], results: dict[str, Any]) -> None:
+        repeat = options["repeat"]
+        self._progress(options, "enqueue one by one")
+        results["enqueue_single_per_s"] = statistics.median(
+            bench.enqueue_single(options["single"]) for _ in range(repeat)
+        )
+        self._progress(options, "enqueue in bulk")
+        results["enqueue_bulk_per_s"] = statistics.median(
+            bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
+        )
+        drain: dict[str, float] = {}
+        for processes in range(1, options["workers"] + 1):
+            self._progress(options, f"drain with {processes} worker process(es)")
+            drain[str(processes)] = statistics.median(
+                bench.drain(options["jobs"], processes) for _ in range(repeat)
+            )
+        results["drain_per_s"] = drain
+        self._progress(options, "idle pickup latency")
+        results.update(bench.pickup(options["samples"]))
 
     def _progress(self, options: dict[str, Any], what: str) -> None:
         if not options["json"] and options["verbosity"] >= 1:
