@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,13 @@ SCRATCH_QUEUE = "arcature-bench"
 
 class BenchRefused(RuntimeError):
     """The scratch queue holds jobs the benchmark did not create."""
+
+
+class BenchInterrupted(BaseException):
+    """:attr:`Bench.stop` was set (the command's SIGTERM): unwind through the cleanup.
+
+    A BaseException, as KeyboardInterrupt is, so no ``except Exception`` on the way
+    can swallow it and carry on measuring."""
 
 
 class BenchFailed(RuntimeError):
@@ -75,6 +83,12 @@ class Bench:
     #: microseconds (Linux only; None elsewhere). Less sensitive to a busy machine
     #: than the rate, so it is the better figure for comparing worker variants.
     cpu_us_per_job: float | None = None
+    #: Set from elsewhere (a signal handler) to stop at the next wait.
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise BenchInterrupted("stopped by SIGTERM")
 
     # -- the scratch queue ------------------------------------------------------------
 
@@ -114,6 +128,7 @@ class Bench:
         manager = self._manager()
         started = time.perf_counter()
         for _ in range(count):
+            self._check_stop()
             manager.enqueue(self.task, queue=self.queue)
         return count / (time.perf_counter() - started)
 
@@ -163,6 +178,7 @@ class Bench:
         deadline = time.monotonic() + self.start_timeout
         for proc, log, health in self.workers:
             while _health_state(health) != OK:
+                self._check_stop()
                 if time.monotonic() > deadline or proc.poll() is not None:
                     output = log.read_text()
                     why = (
@@ -196,6 +212,7 @@ class Bench:
         )
         deadline = time.monotonic() + timeout
         while active.exists():
+            self._check_stop()
             if time.monotonic() > deadline:
                 raise BenchFailed(f"the benchmark's jobs did not drain in {timeout:g}s")
             time.sleep(0.05)
@@ -261,6 +278,7 @@ class Bench:
         try:
             time.sleep(settle)  # let the worker settle into its idle wait
             for _ in range(samples):
+                self._check_stop()
                 time.sleep(random.uniform(0.2, 0.4))
                 before = time.time()
                 pk = manager.enqueue(self.task, queue=self.queue).pk

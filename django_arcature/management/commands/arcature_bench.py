@@ -17,7 +17,13 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 
 from django_arcature.bench.jobs import TASK
-from django_arcature.bench.measure import SCRATCH_QUEUE, Bench, BenchFailed, BenchRefused
+from django_arcature.bench.measure import (
+    SCRATCH_QUEUE,
+    Bench,
+    BenchFailed,
+    BenchInterrupted,
+    BenchRefused,
+)
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 
@@ -29,26 +35,22 @@ def _positive(text: str) -> int:
     return value
 
 
-class _Terminated(BaseException):
-    """SIGTERM arrived: unwind through the cleanup instead of dying in place.
-
-    A BaseException, as KeyboardInterrupt is, so no ``except Exception`` on the way
-    (the database layer's retries, say) can swallow it and carry on measuring."""
-
-
 @contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM (a supervisor, a CI timeout) into an exception while measuring.
+def _sigterm_stops(bench: Bench) -> Iterator[None]:
+    """Turn SIGTERM (a supervisor, a CI timeout) into a stop that unwinds the cleanup.
 
     Python's default action ends the process at once, skipping ``finally``: the
     bench's worker processes kept running and its rows stayed in the scratch queue.
+    The handler only sets ``bench.stop``, which the bench checks at every wait and
+    between enqueues: an exception raised from a handler lands wherever the main
+    thread is, a ``__del__`` included, where Python prints it and carries on.
     """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
 
     def terminate(signum: int, frame: object) -> None:
-        raise _Terminated("stopped by SIGTERM; the benchmark's workers and rows were removed")
+        bench.stop.set()
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
@@ -106,10 +108,16 @@ class Command(RefusedDatabaseStopsCommand):
         }
         started = time.monotonic()
         try:
-            with _sigterm_raises():
+            with _sigterm_stops(bench):
                 self._measure(bench, options, results)
-        except (BenchFailed, _Terminated) as exc:
-            raise CommandError(str(exc)) from exc
+                if bench.stop.is_set():
+                    raise BenchInterrupted("stopped by SIGTERM")
+        except (BenchFailed, BenchInterrupted) as exc:
+            if isinstance(exc, BenchInterrupted):
+                exc = BenchInterrupted(
+                    f"{exc}; the benchmark's workers were stopped and its rows deleted"
+                )
+            raise CommandError(str(exc)) from None
         finally:
             # Whatever stopped the run (a failure, Ctrl-C, SIGTERM): no worker left
             # running and no row left in the scratch queue.
