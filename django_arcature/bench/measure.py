@@ -11,12 +11,15 @@ host's, so it is meaningful on one host or with synchronised clocks.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,8 +36,25 @@ class BenchRefused(RuntimeError):
     """The scratch queue holds jobs the benchmark did not create."""
 
 
+class BenchInterrupted(BaseException):
+    """:attr:`Bench.stop` was set (the command's SIGTERM): unwind through the cleanup.
+
+    A BaseException, as KeyboardInterrupt is, so no ``except Exception`` on the way
+    can swallow it and carry on measuring."""
+
+
 class BenchFailed(RuntimeError):
     """The measured jobs did not all succeed in time (e.g. another worker took them)."""
+
+
+def _health_state(path: Path) -> str | None:
+    """The state a worker's health file reports, or None before it is written."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    state = record.get("state") if isinstance(record, dict) else None
+    return state if isinstance(state, str) else None
 
 
 def percentile(ordered: Sequence[float], pct: float) -> float:
@@ -58,11 +78,17 @@ class Bench:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     start_timeout: float = 60.0
-    workers: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    workers: list[tuple[subprocess.Popen[bytes], Path, Path]] = field(default_factory=list)
     #: CPU time the worker processes spent per job in the last :meth:`drain`, in
     #: microseconds (Linux only; None elsewhere). Less sensitive to a busy machine
     #: than the rate, so it is the better figure for comparing worker variants.
     cpu_us_per_job: float | None = None
+    #: Set from elsewhere (a signal handler) to stop at the next wait.
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise BenchInterrupted("stopped by SIGTERM")
 
     # -- the scratch queue ------------------------------------------------------------
 
@@ -102,6 +128,7 @@ class Bench:
         manager = self._manager()
         started = time.perf_counter()
         for _ in range(count):
+            self._check_stop()
             manager.enqueue(self.task, queue=self.queue)
         return count / (time.perf_counter() - started)
 
@@ -115,40 +142,66 @@ class Bench:
     # -- workers ------------------------------------------------------------------------
 
     def start_workers(self, count: int) -> None:
+        """Start ``count`` workers and wait until each says it is running.
+
+        Readiness is each worker's ``--health-file`` turning ``ok`` (written by its
+        main loop once its threads run), not a line of its log: a project's LOGGING
+        may send that log to a file or nowhere, and the bench then never saw it.
+        The captured output only explains a worker that exits or never gets ready.
+        """
+        from django_arcature.worker.health import OK
+
         env = {**os.environ, **self.env}
         # The children import the same settings from the same places as this process.
         env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
         for _ in range(count):
             log = Path(tempfile.mkstemp(prefix="arcature-bench-", suffix=".log")[1])
+            # A private folder (mkdtemp: 0700) of our own for the health file.
+            health = Path(tempfile.mkdtemp(prefix="arcature-bench-")) / "health.json"
             with open(log, "w") as out:
                 proc = subprocess.Popen(
-                    [*self.worker_command, "--queue", self.queue, "-v", "1"],
+                    [
+                        *self.worker_command,
+                        "--queue",
+                        self.queue,
+                        "-v",
+                        "1",
+                        "--health-file",
+                        str(health),
+                    ],
                     cwd=self.cwd,
                     env=env,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
-            self.workers.append((proc, log))
+            self.workers.append((proc, log, health))
         deadline = time.monotonic() + self.start_timeout
-        for proc, log in self.workers:
-            while " started" not in log.read_text():
+        for proc, log, health in self.workers:
+            while _health_state(health) != OK:
+                self._check_stop()
                 if time.monotonic() > deadline or proc.poll() is not None:
                     output = log.read_text()
+                    why = (
+                        f"exited with status {proc.returncode}"
+                        if proc.poll() is not None
+                        else f"was not running after {self.start_timeout:g}s"
+                    )
                     self.stop_workers()
-                    raise BenchFailed(f"a benchmark worker did not start:\n{output}")
+                    raise BenchFailed(f"a benchmark worker did not start ({why}):\n{output}")
                 time.sleep(0.05)
 
     def stop_workers(self) -> None:
-        for proc, _ in self.workers:
+        for proc, _, _ in self.workers:
             if proc.poll() is None:
                 proc.terminate()
-        for proc, log in self.workers:
+        for proc, log, health in self.workers:
             try:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
             log.unlink(missing_ok=True)
+            shutil.rmtree(health.parent, ignore_errors=True)
         self.workers = []
 
     def wait_drained(self, timeout: float = 600) -> None:
@@ -159,6 +212,7 @@ class Bench:
         )
         deadline = time.monotonic() + timeout
         while active.exists():
+            self._check_stop()
             if time.monotonic() > deadline:
                 raise BenchFailed(f"the benchmark's jobs did not drain in {timeout:g}s")
             time.sleep(0.05)
@@ -207,7 +261,7 @@ class Bench:
         """User + system CPU seconds of the worker processes so far (from /proc)."""
         ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         total = 0.0
-        for proc, _ in self.workers:
+        for proc, _, _ in self.workers:
             try:
                 fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
@@ -224,6 +278,7 @@ class Bench:
         try:
             time.sleep(settle)  # let the worker settle into its idle wait
             for _ in range(samples):
+                self._check_stop()
                 time.sleep(random.uniform(0.2, 0.4))
                 before = time.time()
                 pk = manager.enqueue(self.task, queue=self.queue).pk

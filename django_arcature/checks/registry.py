@@ -45,7 +45,8 @@ def check_job_registry(
         return [
             checks.Error(
                 f"Importing {subject} failed: {type(exc).__name__}: {exc}",
-                hint=f"Fix the error above; run `python -c 'import {module}'` for a traceback.",
+                hint=f"Fix the error above; run `python manage.py shell -c 'import {module}'` for "
+                "a traceback (through manage.py, so settings and apps are loaded first).",
                 id="arcature.E011",
             )
         ]

@@ -21,7 +21,7 @@ def check_settings(
     return [
         checks.Error(
             problem,
-            hint="See the settings reference: docs/reference/settings.md.",
+            hint="See the “Settings” page of the django-arcature documentation (Reference).",
             id="arcature.E001",
         )
         for problem in validate(getattr(settings, "ARCATURE", None))

@@ -377,6 +377,11 @@ def resolve_hints(func: Callable[..., Any]) -> dict[str, Any]:
     return hints
 
 
+def _takes_float_not_str(annotation: Any) -> bool:
+    """Whether an annotation accepts a float but refuses a str (``float``, ``float | None``)."""
+    return _matches(0.5, annotation) is True and _matches("", annotation) is False
+
+
 def _matches(value: object, annotation: Any) -> bool | None:
     """True/False for annotations understood here; None for those left unchecked."""
     if annotation is inspect.Parameter.empty or annotation is Any or annotation is object:
@@ -499,6 +504,15 @@ def check_arguments(
         else:
             items = [(param_name, value)]
         for where, item in items:
+            if isinstance(item, Decimal) and _takes_float_not_str(annotation):
+                # The generic hint (pass a str, rebuild the Decimal) would contradict
+                # the handler's own annotation, which then refuses the str.
+                raise MalformedPayload(
+                    f"argument {where!r} is a Decimal ({_short_repr(item)}), which JSON cannot "
+                    f"carry unchanged: {name} takes {_describe(annotation)}, so pass "
+                    f"float({where}) (or annotate it str and rebuild it with Decimal(...) "
+                    "in the job, to keep every digit)."
+                )
             ensure_json(item, where, label="argument ")
             if _matches(item, annotation) is False:
                 raise MalformedPayload(

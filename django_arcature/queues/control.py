@@ -49,7 +49,10 @@ def _set(name: str, paused: bool, using: str) -> bool:
     """Set the flag; True when it changed."""
     from .models import QueueState
 
-    ensure_rows([name], using)
+    if paused:
+        # Resuming needs no row: a queue without one is running. So a resume of a
+        # mistyped name leaves nothing behind.
+        ensure_rows([name], using)
     with transaction.atomic(using=using):
         changed = (
             QueueState.objects.using(using)

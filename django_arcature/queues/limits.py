@@ -47,9 +47,9 @@ def _parse_rate(value: object, queue: str) -> tuple[int, float]:
     try:
         count = int(count_text.strip())
         per = parse_duration(period if period.strip()[:1].isdigit() else f"1{period.strip()}")
-    except ValueError:
+    except ValueError as exc:
         raise ValueError(
-            f"QUEUES[{queue!r}]['rate'] must look like '100/m' or '3/15m', not {value!r}"
+            f"QUEUES[{queue!r}]['rate'] must look like '100/m' or '3/15m', not {value!r} ({exc})"
         ) from None
     if not 1 <= count <= MAX_RATE or per.total_seconds() <= 0:
         raise ValueError(

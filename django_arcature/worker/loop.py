@@ -554,18 +554,47 @@ class Worker(HandlerThreads):
                     done.completion.kind,
                     completion.message,
                 )
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(
-                    "job %s (%s) %s in %.1fms%s",
+            self._log_landed(
+                completion, entry, done.seconds, replaced=completion is not done.completion
+            )
+
+    def _log_landed(
+        self, completion: Completion, entry: _InFlight | None, seconds: float, *, replaced: bool
+    ) -> None:
+        """One line per landed outcome; only here, so a fenced-out write logs nothing.
+
+        A dead job is a WARNING (seen at the default verbosity, named by task and id);
+        the others are DEBUG (``-v 2``), with the run time and a retry's wait apart.
+        """
+        task = entry.job.task_name if entry else "?"
+        extra = entry.job.log_extra() if entry else {"job_id": str(completion.job_id)}
+        if completion.kind == "dead":
+            if not replaced:  # the refused-data line above already named it
+                logger.warning(
+                    "job %s (%s) went dead (%s): %s",
                     completion.job_id,
-                    entry.job.task_name if entry else "?",
-                    completion.kind
-                    if completion.kind != "dead"
-                    else f"dead ({completion.error_kind})",
-                    done.seconds * 1000,
-                    f": {completion.message}" if completion.message else "",
-                    extra=entry.job.log_extra() if entry else {"job_id": str(completion.job_id)},
+                    task,
+                    completion.error_kind,
+                    completion.message,
+                    extra=extra,
                 )
+            return
+        if not logger.isEnabledFor(logging.DEBUG):
+            return
+        outcome = completion.kind
+        if completion.kind == "retry":
+            outcome = "retry" + (
+                f" in {completion.retry_delay:.1f}s" if completion.retry_delay is not None else ""
+            )
+        logger.debug(
+            "job %s (%s) ran %.1f ms; %s%s",
+            completion.job_id,
+            task,
+            seconds * 1000,
+            outcome,
+            f": {completion.message}" if completion.message else "",
+            extra=extra,
+        )
 
     def _shrunk(self, done: _Done) -> _Done:
         """``done`` with its completion cut to its smallest form (same claim, same fence)."""

@@ -118,8 +118,13 @@ def test_queues_page_lists_live_and_limited_queues_and_pauses_them(root: Client)
     page = root.get(QUEUES).content.decode()
     assert "reports" in page
     assert "at most 5 running, at most 100 starts per 60s" in page
-    assert act(root, QUEUES, "pause_queues", ["reports"]) == ["1 queue paused."]
+    assert not QueueState.objects.exists()  # viewing creates no row
+    pause_named = reverse("admin:django_arcature_queuestate_pause_named")
+    response = root.post(pause_named, {"name": "reports"}, follow=True)
+    assert messages_of(response) == ["Queue reports paused."]
     assert QueueState.objects.get(name="reports").paused
+    assert act(root, QUEUES, "resume_queues", ["reports"]) == ["1 queue resumed."]
+    assert act(root, QUEUES, "pause_queues", ["reports"]) == ["1 queue paused."]
     assert act(root, QUEUES, "resume_queues", ["reports"]) == ["1 queue resumed."]
     assert not QueueState.objects.get(name="reports").paused
 

@@ -140,19 +140,19 @@ def test_arcature_queue_command() -> None:
 
 
 def test_pausing_a_queue_nothing_names_says_to_check_the_spelling() -> None:
-    """Pausing ahead of any job is allowed, but "emial" for "email" would leave the
-    real queue running while the operator believes it paused: the command says that
-    no job handler, ARCATURE["QUEUES"] entry or live job names the queue, and
-    ``list`` does not show an unknown name as a running queue."""
+    """ "emial" for "email" would leave the real queue running while the operator
+    believes it paused: the command refuses, says that no job handler,
+    ARCATURE["QUEUES"] entry or live job names the queue (``--force`` pauses it
+    anyway), and ``list`` does not show an unknown name as a running queue."""
     enqueue("email", 1)
     out = StringIO()
     call_command("arcature_queue", "pause", "email", stdout=out)
     assert out.getvalue() == "queue email paused\n"
-    out = StringIO()
-    call_command("arcature_queue", "pause", "emial", stdout=out)
-    text = out.getvalue()
-    assert text.startswith("queue emial paused")
-    assert "no @job, ARCATURE['QUEUES'] entry or live job names 'emial'" in text
+    with pytest.raises(CommandError) as refused:
+        call_command("arcature_queue", "pause", "emial", stdout=StringIO())
+    text = str(refused.value)
+    assert text.startswith("not pausing 'emial'")
+    assert "no @job, ARCATURE['QUEUES'] entry or live job names it" in text
     assert "did you mean 'email'?" in text
     out = StringIO()
     call_command("arcature_queue", "list", "nosuch", stdout=out)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,94 @@ def test_refuses_a_queue_holding_jobs_it_did_not_create() -> None:
     assert "holds 1 job(s) the benchmark did not create" in done.stderr
     assert Job.objects.get(pk=foreign.pk).status == JobStatus.PENDING
     assert not Job.objects.filter(task_name=TASK).exists()
+
+
+def routed_bench(
+    settings: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    connection.close()
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", "arcature_bench", *args],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": settings,
+            "ARCATURE_USE_TEST_DATABASE": "1",
+            "DATABASE_URL": database_url(),
+            "PYTHONPATH": str(REPO),
+            **(env or {}),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+ROUTED = "tests.testapp.routed_logging_settings"
+TINY = ("--jobs", "50", "--single", "5", "--samples", "2", "--workers", "1", "--json")
+
+
+@pytest.mark.parametrize("route", ["file", "null"])
+def test_a_project_logging_that_routes_the_worker_log_elsewhere(route: str, tmp_path: Path) -> None:
+    """The bench knew a worker was up from " started" in its output: with the project's
+    LOGGING sending django_arcature to a file or nowhere it waited, then failed with
+    "a benchmark worker did not start". Readiness is now the worker's health file."""
+    log = tmp_path / "arcature.log"
+    env = {"ARCATURE_TEST_ROUTED_LOG": str(log)} if route == "file" else {}
+    proc = routed_bench(ROUTED, *TINY, env=env)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout)["drain_per_s"]["1"] > 0
+    assert "did not start" not in stderr
+    if route == "file":
+        assert " started" in log.read_text()  # the log went where the project sent it
+    assert not Job.objects.filter(task_name=TASK).exists()
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.update(int(child) for child in text)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_mid_run_stops_its_workers_and_deletes_its_rows() -> None:
+    """A supervisor's or a CI timeout's SIGTERM killed the bench outright: its rows
+    stayed in the scratch queue (the next run then refused it) and its worker
+    processes kept running."""
+    proc = routed_bench("tests.settings", "--jobs", "20000", "--single", "5", "--workers", "1")
+    children: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        # Its worker runs and the drain's jobs are in: both would be left behind.
+        while not (children and Job.objects.filter(task_name=TASK).exists()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no benchmark worker started"
+            children = _children(proc.pid)
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode != 0
+        assert "Traceback" not in stderr, stderr
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in children), "a benchmark worker kept running"
+        assert not Job.objects.filter(task_name=TASK).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        Job.objects.filter(task_name=TASK).delete()

@@ -222,3 +222,41 @@ def test_split_payload_accepts_missing_parts() -> None:
 def test_split_payload_refuses_other_shapes(payload: object, message: str) -> None:
     with pytest.raises(MalformedPayload, match=message):
         split_payload(payload)
+
+
+def _charge_float(amount: float) -> None: ...
+
+
+def _charge_optional_float(amount: float | None = None) -> None: ...
+
+
+def _charge_str(amount: str) -> None: ...
+
+
+def _charge_any(amount) -> None:  # type: ignore[no-untyped-def]
+    ...
+
+
+@pytest.mark.parametrize("func", [_charge_float, _charge_optional_float])
+def test_the_decimal_hint_follows_a_float_annotation(func: Callable[..., Any]) -> None:
+    """It said "pass str(amount) and rebuild it with Decimal(...)" to a handler that
+    declares ``amount: float``, whose own annotation then refused the str."""
+    from decimal import Decimal
+
+    with pytest.raises(MalformedPayload) as refused:
+        _check(func, Decimal("9.99"))
+    message = str(refused.value)
+    assert "float(amount)" in message
+    assert "pass str(amount)" not in message
+    _check(func, float(Decimal("9.99")))  # what the hint says is accepted
+
+
+@pytest.mark.parametrize("func", [_charge_str, _charge_any])
+def test_the_decimal_hint_without_a_float_annotation_keeps_every_digit(
+    func: Callable[..., Any],
+) -> None:
+    from decimal import Decimal
+
+    with pytest.raises(MalformedPayload, match=r"pass str\(amount\) instead"):
+        _check(func, Decimal("9.99"))
+    _check(func, str(Decimal("9.99")))

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import os
+import re
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -276,3 +282,51 @@ def test_a_call_without_arguments_is_checked_against_the_signature(
     else:
         with pytest.raises(MalformedPayload, match="do not fit"):
             spec.validate((), {})
+
+
+@override_settings(
+    INSTALLED_APPS=[
+        "django.contrib.contenttypes",
+        "django.contrib.auth",
+        "django_arcature",
+        "tests.unit.registry_fixtures.models_broken_app",
+    ]
+)
+def test_the_e011_hint_command_shows_the_real_error_of_a_jobs_module_that_imports_models(
+    rediscover: None, tmp_path: Path
+) -> None:
+    """The hint was ``python -c 'import app.jobs'``: without Django set up, any jobs
+    module importing models failed there with "settings are not configured" (or
+    "apps aren't loaded yet") instead of showing its own error. Run the hint as
+    written, with ``manage.py`` being this project's."""
+    (message,) = check_job_registry()
+    assert message.id == "arcature.E011"
+    hint = message.hint or ""
+    command = re.search(r"`([^`]+)`", hint)
+    assert command is not None, hint
+    argv = shlex.split(command.group(1))
+    assert argv[:2] == ["python", "manage.py"], argv
+    manage = tmp_path / "manage.py"
+    manage.write_text(
+        "import sys\nfrom django.core.management import execute_from_command_line\n"
+        "execute_from_command_line(sys.argv)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(manage), *argv[2:]],
+        cwd=root,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.unit.registry_fixtures.models_broken_settings",
+            "PYTHONPATH": str(root),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Traceback" in done.stderr
+    assert "No module named 'django_arcature.not_a_module'" in done.stderr, done.stderr
+    assert "settings are not configured" not in done.stderr
+    assert "Apps aren't loaded yet" not in done.stderr

@@ -63,7 +63,7 @@ class MetricsServer:
             raise MetricsPortInUse(
                 f"metrics port {self.port} is already in use. Give each worker on this host "
                 "its own --metrics-port, or set PROMETHEUS_MULTIPROC_DIR so they share one "
-                "(see docs/observability.md)."
+                "(see the “Observability” page of the django-arcature documentation)."
             )
         logger.info(
             "metrics port %d is served by another process on this host (multiprocess mode: "

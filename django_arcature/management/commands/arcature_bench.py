@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import json
 import platform
+import signal
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 
 from django_arcature.bench.jobs import TASK
-from django_arcature.bench.measure import SCRATCH_QUEUE, Bench, BenchFailed, BenchRefused
+from django_arcature.bench.measure import (
+    SCRATCH_QUEUE,
+    Bench,
+    BenchFailed,
+    BenchInterrupted,
+    BenchRefused,
+)
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 
@@ -23,6 +33,30 @@ def _positive(text: str) -> int:
     if value < 1:
         raise ValueError(text)
     return value
+
+
+@contextmanager
+def _sigterm_stops(bench: Bench) -> Iterator[None]:
+    """Turn SIGTERM (a supervisor, a CI timeout) into a stop that unwinds the cleanup.
+
+    Python's default action ends the process at once, skipping ``finally``: the
+    bench's worker processes kept running and its rows stayed in the scratch queue.
+    The handler only sets ``bench.stop``, which the bench checks at every wait and
+    between enqueues: an exception raised from a handler lands wherever the main
+    thread is, a ``__del__`` included, where Python prints it and carries on.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        bench.stop.set()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Command(RefusedDatabaseStopsCommand):
@@ -66,35 +100,27 @@ class Command(RefusedDatabaseStopsCommand):
             bench.check_scratch()
         except BenchRefused as exc:
             raise CommandError(str(exc)) from exc
-        repeat = options["repeat"]
         results: dict[str, Any] = {
             "database": connections[using].vendor,
             "python": platform.python_version(),
             "jobs": options["jobs"],
-            "repeat": repeat,
+            "repeat": options["repeat"],
         }
         started = time.monotonic()
         try:
-            self._progress(options, "enqueue one by one")
-            results["enqueue_single_per_s"] = statistics.median(
-                bench.enqueue_single(options["single"]) for _ in range(repeat)
-            )
-            self._progress(options, "enqueue in bulk")
-            results["enqueue_bulk_per_s"] = statistics.median(
-                bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
-            )
-            drain: dict[str, float] = {}
-            for processes in range(1, options["workers"] + 1):
-                self._progress(options, f"drain with {processes} worker process(es)")
-                drain[str(processes)] = statistics.median(
-                    bench.drain(options["jobs"], processes) for _ in range(repeat)
+            with _sigterm_stops(bench):
+                self._measure(bench, options, results)
+                if bench.stop.is_set():
+                    raise BenchInterrupted("stopped by SIGTERM")
+        except (BenchFailed, BenchInterrupted) as exc:
+            if isinstance(exc, BenchInterrupted):
+                exc = BenchInterrupted(
+                    f"{exc}; the benchmark's workers were stopped and its rows deleted"
                 )
-            results["drain_per_s"] = drain
-            self._progress(options, "idle pickup latency")
-            results.update(bench.pickup(options["samples"]))
-        except BenchFailed as exc:
-            raise CommandError(str(exc)) from exc
+            raise CommandError(str(exc)) from None
         finally:
+            # Whatever stopped the run (a failure, Ctrl-C, SIGTERM): no worker left
+            # running and no row left in the scratch queue.
             bench.stop_workers()
             bench.clear()
         results["seconds"] = round(time.monotonic() - started, 1)
@@ -102,6 +128,26 @@ class Command(RefusedDatabaseStopsCommand):
             self.stdout.write(json.dumps(results, indent=2))
         else:
             self._table(results)
+
+    def _measure(self, bench: Bench, options: dict[str, Any], results: dict[str, Any]) -> None:
+        repeat = options["repeat"]
+        self._progress(options, "enqueue one by one")
+        results["enqueue_single_per_s"] = statistics.median(
+            bench.enqueue_single(options["single"]) for _ in range(repeat)
+        )
+        self._progress(options, "enqueue in bulk")
+        results["enqueue_bulk_per_s"] = statistics.median(
+            bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
+        )
+        drain: dict[str, float] = {}
+        for processes in range(1, options["workers"] + 1):
+            self._progress(options, f"drain with {processes} worker process(es)")
+            drain[str(processes)] = statistics.median(
+                bench.drain(options["jobs"], processes) for _ in range(repeat)
+            )
+        results["drain_per_s"] = drain
+        self._progress(options, "idle pickup latency")
+        results.update(bench.pickup(options["samples"]))
 
     def _progress(self, options: dict[str, Any], what: str) -> None:
         if not options["json"] and options["verbosity"] >= 1:

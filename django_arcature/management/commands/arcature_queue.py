@@ -8,12 +8,12 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import Count, Q
 
-from django_arcature import registry
-from django_arcature.conf import get_settings
 from django_arcature.management.database import add_database_argument
+from django_arcature.management.options import queue_name
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.queues.control import pause, resume
-from django_arcature.queues.limits import configured_queues, read_limits
+from django_arcature.queues.limits import read_limits
+from django_arcature.queues.names import named_queues
 
 
 class Command(RefusedDatabaseStopsCommand):
@@ -21,7 +21,20 @@ class Command(RefusedDatabaseStopsCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["pause", "resume", "list"])
-        parser.add_argument("name", nargs="?", help="The queue (required for pause and resume).")
+        parser.add_argument(
+            "name",
+            nargs="?",
+            type=queue_name,
+            help="The queue (required for pause and resume); the names --queue of "
+            "arcature_worker takes.",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Pause a queue that nothing names yet (no @job, ARCATURE['QUEUES'] entry or "
+            "live job), e.g. ahead of its first job. Without it such a name is refused as a "
+            "likely typo.",
+        )
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -33,11 +46,14 @@ class Command(RefusedDatabaseStopsCommand):
         if not name:
             raise CommandError(f"arcature_queue {action} needs a queue name")
         if action == "pause":
-            unnamed = _spelling_note(name, _named_queues(using))
+            unnamed = _spelling_note(name, named_queues(using))
+            if unnamed and not options["force"]:
+                # Refused rather than paused with a note: the row would outlive the typo,
+                # and the real queue would keep running.
+                raise CommandError(f"not pausing {name!r}{unnamed}; pass --force to pause it")
             changed = pause(name, using)
             self.stdout.write(
-                (f"queue {name} paused" if changed else f"queue {name} was already paused")
-                + unnamed
+                f"queue {name} paused" if changed else f"queue {name} was already paused"
             )
         else:
             changed = resume(name, using)
@@ -63,7 +79,7 @@ class Command(RefusedDatabaseStopsCommand):
         limits = read_limits()
         names = sorted(set(counts) | set(states) | set(limits))
         if only:
-            if only not in names and only not in _named_queues(using):
+            if only not in names and only not in named_queues(using):
                 self.stdout.write(
                     f"{only}: no such queue (no @job, ARCATURE['QUEUES'] entry, pause flag "
                     "or live job)"
@@ -85,27 +101,10 @@ class Command(RefusedDatabaseStopsCommand):
             )
 
 
-def _named_queues(using: str) -> set[str]:
-    """Every queue something names: the default queue, a handler's ``@job(queue=)``, an
-    ``ARCATURE["QUEUES"]`` entry, a pause flag, or a pending or running job."""
-    from django_arcature.models import Job, JobStatus
-    from django_arcature.queues.models import QueueState
-
-    default = get_settings().default_queue
-    registry.autodiscover()
-    names = {default}
-    names.update(registry.get(n).queue or default for n in registry.registered_names())
-    names.update(configured_queues())
-    names.update(QueueState.objects.using(using).values_list("name", flat=True))
-    live = Job.objects.using(using).filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING])
-    names.update(live.values_list("queue", flat=True).order_by().distinct())
-    return names
-
-
 def _spelling_note(name: str, named: set[str]) -> str:
     """Pausing ahead of any job is allowed; a typo would leave the real queue running."""
     if name in named:
         return ""
     nearest = difflib.get_close_matches(name, sorted(named), n=1)
     hint = f"; did you mean {nearest[0]!r}?" if nearest else "; check the spelling"
-    return f" (no @job, ARCATURE['QUEUES'] entry or live job names {name!r}{hint})"
+    return f": no @job, ARCATURE['QUEUES'] entry or live job names it{hint}"

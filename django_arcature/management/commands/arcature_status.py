@@ -14,6 +14,7 @@ from django_arcature.management.database import add_database_argument
 from django_arcature.management.options import minutes
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.models import Job, JobStatus
+from django_arcature.queues.control import paused_queues
 
 
 def _age(seconds: float | None) -> str:
@@ -32,7 +33,7 @@ def _age(seconds: float | None) -> str:
 class Command(RefusedDatabaseStopsCommand):
     help = (
         "Show each queue's depth (ready, scheduled, running), how long its oldest ready job "
-        "has waited, and how many jobs failed recently, by error kind."
+        "has waited and whether it is paused, and how many jobs failed recently, by error kind."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -82,6 +83,17 @@ class Command(RefusedDatabaseStopsCommand):
             }
             for row in per_queue
         ]
+        # A paused queue's ready jobs would otherwise read as a stuck queue, and a
+        # paused queue without jobs would not show at all.
+        paused = paused_queues(using)
+        listed = {q["queue"] for q in queues}
+        queues += [
+            {"queue": name, "ready": 0, "scheduled": 0, "running": 0, "oldest_ready_seconds": None}
+            for name in paused - listed
+        ]
+        for q in queues:
+            q["paused"] = q["queue"] in paused
+        queues.sort(key=lambda q: str(q["queue"]))
         failures = (
             jobs.filter(status=JobStatus.DEAD, failed_at__gte=now - since)
             .values("error_kind")
@@ -102,13 +114,15 @@ class Command(RefusedDatabaseStopsCommand):
         else:
             width = max(5, *(len(q["queue"]) for q in queues))
             header = (
-                f"{'queue':<{width}}  {'ready':>7}  {'scheduled':>9}  {'running':>7}  oldest ready"
+                f"{'queue':<{width}}  {'ready':>7}  {'scheduled':>9}  {'running':>7}  "
+                "oldest ready  paused"
             )
             self.stdout.write(header)
             for q in queues:
                 self.stdout.write(
                     f"{q['queue']:<{width}}  {q['ready']:>7}  {q['scheduled']:>9}  "
-                    f"{q['running']:>7}  {_age(q['oldest_ready_seconds'])}"
+                    f"{q['running']:>7}  {_age(q['oldest_ready_seconds']):<12}  "
+                    f"{'yes' if q['paused'] else '-'}"
                 )
         minutes = report["failures_since_minutes"]
         failures = report["failures"]

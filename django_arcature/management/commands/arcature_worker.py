@@ -189,7 +189,7 @@ class Command(RefusedDatabaseStopsCommand):
             metavar="PORT",
             help="Serve Prometheus metrics on this port (needs django-arcature[prometheus]). "
             "Several workers on one host: set PROMETHEUS_MULTIPROC_DIR and give them all the "
-            "same port (docs/observability.md).",
+            "same port (the documentation's “Observability” page).",
         )
         parser.add_argument(
             "--metrics-addr",
