@@ -17,6 +17,7 @@ from django.apps import AppConfig, apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import module_has_submodule
+from django.utils.translation import gettext as _
 
 from django_arcature import registry
 
@@ -34,19 +35,23 @@ def check_job_registry(
         return [
             checks.Error(
                 str(exc),
-                hint="Job names are stored in the job table; each must name one function.",
+                hint=_("Job names are stored in the job table; each must name one function."),
                 id="arcature.E010",
             )
         ]
     except Exception as exc:
         logger.debug("autodiscovery of jobs modules failed", exc_info=True)
         module = _failing_jobs_module() or "<app>.jobs"
-        subject = "the installed apps' jobs modules" if module == "<app>.jobs" else module
+        subject = _("the installed apps' jobs modules") if module == "<app>.jobs" else module
         return [
             checks.Error(
-                f"Importing {subject} failed: {type(exc).__name__}: {exc}",
-                hint=f"Fix the error above; run `python manage.py shell -c 'import {module}'` for "
-                "a traceback (through manage.py, so settings and apps are loaded first).",
+                _("Importing %(module)s failed: %(error)s")
+                % {"module": subject, "error": f"{type(exc).__name__}: {exc}"},
+                hint=_(
+                    "Fix the error above; run `python manage.py shell -c 'import %(module)s'` "
+                    "for a traceback (through manage.py, so settings and apps are loaded first)."
+                )
+                % {"module": module},
                 id="arcature.E011",
             )
         ]

@@ -9,6 +9,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
+from django.utils.translation import gettext as _
 
 from django_arcature.conf import validate
 
@@ -21,7 +22,7 @@ def check_settings(
     return [
         checks.Error(
             problem,
-            hint="See the “Settings” page of the django-arcature documentation (Reference).",
+            hint=_("See the “Settings” page of the django-arcature documentation (Reference)."),
             id="arcature.E001",
         )
         for problem in validate(getattr(settings, "ARCATURE", None))
@@ -44,9 +45,11 @@ def check_time_zone_support(
         return []
     return [
         checks.Error(
-            "django-arcature needs time-zone support: USE_TZ is False, so job times "
-            "(naive local time) could not be compared with the database's UTC clock.",
-            hint="Set USE_TZ = True in your settings (Django's default).",
+            _(
+                "django-arcature needs time-zone support: USE_TZ is False, so job times "
+                "(naive local time) could not be compared with the database's UTC clock."
+            ),
+            hint=_("Set USE_TZ = True in your settings (Django's default)."),
             id="arcature.E003",
         )
     ]
@@ -72,10 +75,16 @@ def check_jobs_database(
         return []
     return [
         checks.Error(
-            f"ARCATURE['DATABASE'] = {alias!r}, but {ROUTER!r} is not in DATABASE_ROUTERS, "
-            "so the job table would still be read and written on 'default'.",
-            hint=f"Add {ROUTER!r} to DATABASE_ROUTERS, then run "
-            f"`python manage.py migrate --database {alias}`.",
+            _(
+                "ARCATURE['DATABASE'] = %(alias)r, but %(router)r is not in DATABASE_ROUTERS, "
+                "so the job table would still be read and written on 'default'."
+            )
+            % {"alias": alias, "router": ROUTER},
+            hint=_(
+                "Add %(router)r to DATABASE_ROUTERS, then run "
+                "`python manage.py migrate --database %(alias)s`."
+            )
+            % {"alias": alias, "router": ROUTER},
             id="arcature.E004",
         )
     ]
@@ -109,18 +118,24 @@ def database_messages(
         if name in (":memory:", "") or "mode=memory" in name:
             messages.append(
                 checks.Warning(
-                    f"DATABASES[{alias!r}] is an in-memory SQLite database: worker "
-                    "processes cannot see its jobs.",
-                    hint="Use a file, e.g. NAME = BASE_DIR / 'db.sqlite3'.",
+                    _(
+                        "DATABASES[%(alias)r] is an in-memory SQLite database: worker "
+                        "processes cannot see its jobs."
+                    )
+                    % {"alias": alias},
+                    hint=_("Use a file, e.g. NAME = BASE_DIR / 'db.sqlite3'."),
                     id="arcature.W001",
                 )
             )
         if sqlite_version < (3, 35, 0):
             messages.append(
                 checks.Error(
-                    f"SQLite {'.'.join(map(str, sqlite_version))} is too old: claiming jobs "
-                    "needs UPDATE … RETURNING (SQLite 3.35 or newer).",
-                    hint="Use a Python built against a newer SQLite.",
+                    _(
+                        "SQLite %(version)s is too old: claiming jobs needs UPDATE … RETURNING "
+                        "(SQLite 3.35 or newer)."
+                    )
+                    % {"version": ".".join(map(str, sqlite_version))},
+                    hint=_("Use a Python built against a newer SQLite."),
                     id="arcature.E002",
                 )
             )

@@ -20,6 +20,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
+from django.utils.translation import gettext as _
 
 
 @checks.register(checks.Tags.compatibility, deploy=True)
@@ -41,12 +42,18 @@ def writer_messages(databases: Mapping[str, Mapping[str, Any]]) -> list[checks.C
             continue
         messages.append(
             checks.Warning(
-                f"DATABASES[{alias!r}] uses SQLite's default DEFERRED transactions. This "
-                "matters once two processes write at the same time (a worker beside your "
-                "web server, or two workers): a write inside transaction.atomic() can then "
-                "fail at once with 'database is locked'. One process alone is not affected.",
-                hint=f"Set DATABASES[{alias!r}]['OPTIONS'] = {{'transaction_mode': "
-                "'IMMEDIATE', 'timeout': 20}.",
+                _(
+                    "DATABASES[%(alias)r] uses SQLite's default DEFERRED transactions. This "
+                    "matters once two processes write at the same time (a worker beside your "
+                    "web server, or two workers): a write inside transaction.atomic() can then "
+                    "fail at once with 'database is locked'. One process alone is not affected."
+                )
+                % {"alias": alias},
+                hint=_(
+                    "Set DATABASES[%(alias)r]['OPTIONS'] = "
+                    "{'transaction_mode': 'IMMEDIATE', 'timeout': 20}."
+                )
+                % {"alias": alias},
                 id="arcature.W002",
             )
         )
