@@ -221,3 +221,25 @@ def check():
         (29, "Set"),
         (29, "it"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("language", "expected"),
+    [
+        ("fr", "est une base SQLite en mémoire"),
+        ("ja", "インメモリの SQLite データベースです"),
+    ],
+)
+def test_a_system_check_speaks_the_active_language(language: str, expected: str) -> None:
+    """The compiled catalogue is the one Django loads: a check message comes out translated."""
+    from django.utils import translation
+
+    from django_arcature.checks.settings import database_messages
+
+    memory = {"jobs": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+    with translation.override(language):
+        (message,) = database_messages(memory, (3, 45, 0))
+    assert expected in message.msg
+    assert "'jobs'" in message.msg
+    assert message.hint is not None
+    assert "db.sqlite3" in message.hint
