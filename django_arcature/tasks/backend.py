@@ -397,7 +397,14 @@ class ArcatureBackend(BaseTaskBackend):
             messages.extend(self._database_warnings())
         policy_problem = self.arcature_options.import_policy_problem
         messages.extend(
-            checks.Error(problem, hint=_("See docs/reference/django-tasks.md."), id="arcature.E102")
+            checks.Error(
+                problem,
+                hint=_(
+                    "See the “django.tasks options and behaviour” page of the "
+                    "django-arcature documentation (Reference)."
+                ),
+                id="arcature.E102",
+            )
             for problem in self.option_problems
             if problem != policy_problem
         )
