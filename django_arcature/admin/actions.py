@@ -90,11 +90,13 @@ def _made_due(count: int) -> str:
 CANCEL = Operation(
     name="cancel",
     permission="cancel_job",
-    applies_to=frozenset({JobStatus.PENDING, JobStatus.RUNNING}),
+    # Waiting workflow nodes too: cancelling one cancels what needed it (the manager's
+    # cancel settles the workflow in the same transaction).
+    applies_to=frozenset({JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING}),
     apply=lambda job_id: Job.objects.cancel(job_id),
     label=gettext_lazy("Cancel"),
-    description=gettext_lazy("Cancel selected pending or running jobs"),
-    only_hint=gettext_lazy("only pending or running jobs can be cancelled"),
+    description=gettext_lazy("Cancel selected pending, waiting or running jobs"),
+    only_hint=gettext_lazy("only pending, waiting or running jobs can be cancelled"),
     refusal=gettext_lazy("You do not have permission to cancel jobs."),
     done=_cancelled,
 )

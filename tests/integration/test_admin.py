@@ -18,10 +18,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from django_arcature import Workflow
 from django_arcature.admin import actions as admin_actions
 from django_arcature.admin.actions import REQUEUE, perform
 from django_arcature.models import ErrorKind, Job, JobStatus
 from django_arcature.transitions import ClaimTransition
+from tests.testapp import workflow_jobs as wf
 
 from .test_admin_support import (
     client_for,
@@ -190,7 +192,8 @@ def test_cancel_fences_out_the_worker_of_a_running_job(root: Client) -> None:
     ]
     [dead] = make_dead(1)
     assert act(root, JOBS, "cancel_jobs", [pending, running, dead]) == [
-        "Cancelled 2 jobs. Skipped 1 job: 1 dead (only pending or running jobs can be cancelled)."
+        "Cancelled 2 jobs. Skipped 1 job: 1 dead "
+        "(only pending, waiting or running jobs can be cancelled)."
     ]
     assert status_of(pending) == status_of(running) == JobStatus.CANCELLED
     assert Job.objects.mark_succeeded(running, token) is ClaimTransition.LOST
@@ -282,7 +285,7 @@ def test_the_cancel_and_run_now_buttons(root: Client) -> None:
     assert status_of(scheduled) == JobStatus.CANCELLED
     response = root.post(button_url(scheduled, "cancel"), follow=True)
     assert messages_of(response) == [
-        "Skipped 1 job: 1 cancelled (only pending or running jobs can be cancelled)."
+        "Skipped 1 job: 1 cancelled (only pending, waiting or running jobs can be cancelled)."
     ]
 
 
@@ -366,3 +369,16 @@ def test_the_date_hierarchy_offers_the_days_between_first_and_last(root: Client)
     drilled = root.get(DEAD, {"finished_at__year": str(today.year)})
     assert drilled.status_code == 200
     assert f"finished_at__month={today.month}" in drilled.content.decode()
+
+
+def test_cancel_takes_a_waiting_workflow_node_and_cancels_what_needed_it(root: Client) -> None:
+    flow = Workflow("admin cancel")
+    first = flow.add(wf.step, "a")
+    middle = flow.add(wf.step, "b", after=[first])
+    last = flow.add(wf.step, "c", after=[middle])
+    flow.enqueue()
+    assert status_of(middle.job_id) == JobStatus.WAITING
+    assert act(root, JOBS, "cancel_jobs", [middle.job_id]) == ["Cancelled 1 job."]
+    assert status_of(middle.job_id) == status_of(last.job_id) == JobStatus.CANCELLED
+    assert f"(job {middle.job_id})" in Job.objects.get(pk=last.job_id).last_error
+    assert status_of(first.job_id) == JobStatus.PENDING
