@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .schedules.periodic import periodic
     from .workflows.build import Batch, Workflow, WorkflowError
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0"
 
 #: Public name → the module that defines it.
 _LAZY = {

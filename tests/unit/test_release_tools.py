@@ -94,3 +94,16 @@ def test_the_matrix_expands_tox_braces_and_reads_factors() -> None:
         "the whole suite",
     )
     assert matrix.row("lint") is None
+
+
+def test_the_package_version_has_its_release_notes() -> None:
+    """What the release workflow runs for a tag of the current version must pass."""
+    version = load("release-notes.py").package_version()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "release-notes.py"), f"v{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "make release-check" in done.stdout
