@@ -14,7 +14,7 @@ for minor in 12 13; do
   for candidate in "$(command -v python3.$minor 2>/dev/null)" \
       $(ls -d "$pyenv_root"/versions/3.$minor.*/bin/python 2>/dev/null | sort -rV); do
     [ -n "$candidate" ] && "$candidate" -c "import sys; assert sys.version_info[:2] == (3, $minor)" >/dev/null 2>&1 \
-      && { found=$candidate; break; }
+      && { found=$(readlink -f "$candidate"); break; }
   done
   if [ -n "$found" ]; then
     ln -sf "$found" "$bin/python3.$minor"

@@ -117,7 +117,7 @@ def _fake_exact_python(path: Path, minor: int) -> Path:
 @pytest.fixture
 def tool_path(bare_path: Path) -> Path:
     """bare_path plus what python-path.sh calls to place its links."""
-    for tool in ("mkdir", "ln"):
+    for tool in ("mkdir", "ln", "readlink"):
         found = shutil.which(tool)
         assert found, tool
         (bare_path / tool).symlink_to(found)
@@ -161,3 +161,20 @@ def test_make_test_says_which_python_is_missing(tool_path: Path, tmp_path: Path)
     assert "python3.12 not found; its tox environments will fail" in result.stderr
     assert (tmp_path / "pythons" / "python3.13").exists()
     assert not (tmp_path / "pythons" / "python3.12").exists()
+
+
+def test_a_second_run_with_its_own_links_on_path_keeps_them_working(
+    tool_path: Path, tmp_path: Path
+) -> None:
+    """`make test` puts the links on PATH, then release-check asks again: the link
+    found on PATH must not be linked to itself (a loop that no longer runs)."""
+    home = tmp_path / "home"
+    py312 = _fake_exact_python(home / ".pyenv/versions/3.12.1/bin/python", 12)
+    py313 = _fake_exact_python(home / ".pyenv/versions/3.13.0/bin/python", 13)
+    links = tmp_path / "pythons"
+    assert _run_python_path(tool_path, links, HOME=str(home)).returncode == 0
+    again = _run_python_path(Path(f"{links}:{tool_path}"), links, HOME=str(home))
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == ""
+    assert (links / "python3.12").resolve() == py312.resolve()
+    assert (links / "python3.13").resolve() == py313.resolve()
