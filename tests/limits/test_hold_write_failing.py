@@ -25,6 +25,7 @@ from tests.concurrency.test_health_probe import record, wait_for_state
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
+    pytest.mark.heavy,
     pytest.mark.only_on("postgresql", reason="the failing write is a PL/pgSQL trigger"),
 ]
 
