@@ -51,7 +51,7 @@ def duration(delta: timedelta) -> str:
             parts.append(_unit(unit, count))
         if len(parts) == 2:
             break
-    return gettext(", ").join(parts)
+    return pgettext("list separator", ", ").join(parts)
 
 
 def _unit(unit: str, count: int) -> str:
@@ -102,7 +102,7 @@ def describe_limit(limit: QueueLimit) -> str:
             )
             % {"count": limit.rate, "period": duration(timedelta(seconds=limit.per_seconds))}
         )
-    return gettext(", ").join(parts) or gettext("no limit")
+    return pgettext("list separator", ", ").join(parts) or gettext("no limit")
 
 
 def width(text: str) -> int:

@@ -159,7 +159,9 @@ class Command(RefusedDatabaseStopsCommand):
         failures = report["failures"]
         if failures:
             # The error kinds stay as stored: they are the values the admin filters on.
-            kinds = gettext(", ").join(f"{count} {kind}" for kind, count in failures.items())
+            kinds = pgettext("list separator", ", ").join(
+                f"{count} {kind}" for kind, count in failures.items()
+            )
             self.stdout.write(
                 ngettext(
                     "Failed in the last %(minutes)s minute: %(kinds)s.",
