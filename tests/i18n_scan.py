@@ -215,16 +215,14 @@ def unmarked_literals(node: ast.expr) -> Iterator[ast.Constant]:
                 yield from unmarked_literals(node.right)
         else:
             yield from unmarked_literals(node.right)
-    elif isinstance(node, ast.Dict):
-        for value in node.values:
-            yield from unmarked_literals(value)
     elif isinstance(node, ast.Call):
         # "...".format(...) or format_html("...", ...): the template string is the text;
-        # self.style.WARNING("...") and other calls on an object: their first argument.
-        if isinstance(node.func, ast.Attribute) and isinstance(
-            node.func.value, (ast.Constant, ast.JoinedStr)
-        ):
-            yield from unmarked_literals(node.func.value)
+        # a command's self.style.WARNING("..."): the styled text. Not json.dumps(...).
+        if isinstance(node.func, ast.Attribute):
+            if _name(node.func.value) == "style" and node.args:
+                yield from unmarked_literals(node.args[0])
+            else:
+                yield from unmarked_literals(node.func.value)
         elif node.args:
             yield from unmarked_literals(node.args[0])
     elif isinstance(node, ast.IfExp):
