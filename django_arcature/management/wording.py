@@ -100,9 +100,20 @@ def describe_limit(limit: QueueLimit) -> str:
                 "at most %(count)d starts per %(period)s",
                 limit.rate,
             )
-            % {"count": limit.rate, "period": duration(timedelta(seconds=limit.per_seconds))}
+            % {"count": limit.rate, "period": _period(limit.per_seconds)}
         )
     return pgettext("list separator", ", ").join(parts) or gettext("no limit")
+
+
+def _period(seconds: float) -> str:
+    """A rate's window: "minute" for "100/m", "15 minutes" for "3/15m"."""
+    units: dict[float, str] = {
+        1: pgettext("rate period", "second"),
+        60: pgettext("rate period", "minute"),
+        3600: pgettext("rate period", "hour"),
+        86400: pgettext("rate period", "day"),
+    }
+    return units.get(seconds) or duration(timedelta(seconds=seconds))
 
 
 def width(text: str) -> int:
