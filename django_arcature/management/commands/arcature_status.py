@@ -155,18 +155,18 @@ class Command(RefusedDatabaseStopsCommand):
                 self.stdout.write("  ".join([*cells, row[5]]))
         minutes = report["failures_since_minutes"]
         # The plural form for a whole count; a fraction of minutes reads as a plural.
-        count = int(minutes) if float(minutes).is_integer() else 2
+        plural = int(minutes) if float(minutes).is_integer() else 2
         failures = report["failures"]
         if failures:
             # The error kinds stay as stored: they are the values the admin filters on.
             kinds = pgettext("list separator", ", ").join(
-                f"{count} {kind}" for kind, count in failures.items()
+                f"{number} {kind}" for kind, number in failures.items()
             )
             self.stdout.write(
                 ngettext(
                     "Failed in the last %(minutes)s minute: %(kinds)s.",
                     "Failed in the last %(minutes)s minutes: %(kinds)s.",
-                    count,
+                    plural,
                 )
                 % {"minutes": f"{minutes:g}", "kinds": kinds}
             )
@@ -175,7 +175,7 @@ class Command(RefusedDatabaseStopsCommand):
                 ngettext(
                     "No failures in the last %(minutes)s minute.",
                     "No failures in the last %(minutes)s minutes.",
-                    count,
+                    plural,
                 )
                 % {"minutes": f"{minutes:g}"}
             )
