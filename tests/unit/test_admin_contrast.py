@@ -195,9 +195,8 @@ def resolve(value: str, values: dict[str, str], seen: tuple[str, ...] = ()) -> s
 
 def colour_of(declaration: str) -> str | None:
     """The colour part of a declaration such as ``2px solid var(--body-fg)``, if any."""
-    for token in re.findall(r"var\(--[\w-]+\)|#[0-9a-fA-F]{3,6}\b", declaration):
-        return token
-    return None
+    match = re.search(r"var\(--[\w-]+\)|#[0-9a-fA-F]{3,6}\b", declaration)
+    return match.group(0) if match else None
 
 
 def our_colour_rules(paths: list[Path]) -> dict[str, dict[str, str]]:
