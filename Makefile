@@ -77,7 +77,7 @@ test: venv databases axe
 	  bash scripts/release-check.sh || status=1; \
 	  $(PY) scripts/test-summary.py var/junit || status=1; exit $$status
 
-test-quick: venv
+test-quick: venv axe
 	ARCATURE_TEST_DB=sqlite $(PY) -m pytest -q
 
 lint: venv
