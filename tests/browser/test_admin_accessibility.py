@@ -51,7 +51,9 @@ NOT_PAGES = {301, 302, 403, 405}
 BODY_BACKGROUND = {"light": "rgb(255, 255, 255)", "dark": "rgb(18, 18, 18)"}
 
 
-def axe_source() -> str:
+@pytest.fixture
+def axe_js() -> str:
+    """axe.min.js, asked for before the browser starts: a missing one says so at once."""
     if AXE_JS.is_file():
         return AXE_JS.read_text(encoding="utf-8")
     why = f"axe-core is not installed at {AXE_JS}: run scripts/install-axe.sh (needs npm)"
@@ -184,13 +186,13 @@ def describe(findings: list[tuple[str, str, dict[str, Any]]]) -> str:
 
 
 def test_every_admin_page_of_ours_passes_axe_in_light_and_dark_mode(
-    browser: Any, live_server: Any
+    axe_js: str, browser: Any, live_server: Any
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    source = axe_source()
+    source = axe_js
     User.objects.create_superuser("operator", "ops@example.com", PASSWORD)
     an_hour_of_history()
     rows = sample_rows()
