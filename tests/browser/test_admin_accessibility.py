@@ -70,7 +70,9 @@ class Page:
 
 
 def sample_rows() -> dict[type[models.Model], list[Any]]:
-    """Rows whose pages are checked: a job of each kind a change page shows differently."""
+    """Rows whose pages are checked: a job of each kind a change page shows differently,
+    and a workflow, a batch, a schedule and a paused queue, so that every model of ours
+    has a row for its change page (any other model's first row is taken)."""
     dead = make_dead(1, queue="reports", kind=ErrorKind.TIMEOUT, message="took longer than 30 s")
     running = make_running(1, queue="email", worker="web-3:4713")
     flow = Workflow("accessibility")
