@@ -46,6 +46,8 @@ PROBE_PREFIX = "probe:"
 PROBE_SECONDS = 2.0
 #: While listening, every waited-for job is re-read at least this often (one query).
 SAFETY_SECONDS = 0.5
+#: How often the thread looks up from its connection (to close, re-read, or stop).
+TICK_SECONDS = 0.1
 #: The connection is closed once nobody has waited for this long.
 IDLE_SECONDS = 10.0
 #: How a listener's backend shows in ``pg_stat_activity``.
@@ -151,13 +153,17 @@ class DoneListener:
                 # and a waiter that started meanwhile has not marked its job: each
                 # marks (once) and reads now.
                 self._wake_all()
+                checked = time.monotonic()
                 while not self._closed.is_set():
-                    for notify in conn.notifies(timeout=SAFETY_SECONDS):
+                    for notify in conn.notifies(timeout=TICK_SECONDS):
                         self._wake(notify.payload)
+                    now = time.monotonic()
                     if self._waiting():
-                        idle_since = time.monotonic()
-                        self._check(conn)
-                    elif time.monotonic() - idle_since > IDLE_SECONDS and self._stop_if_idle():
+                        idle_since = now
+                        if now - checked >= SAFETY_SECONDS:
+                            self._check(conn)
+                            checked = now
+                    elif now - idle_since > IDLE_SECONDS and self._stop_if_idle():
                         return
             except Exception as exc:  # the connection dropped, or LISTEN was refused
                 self._listening.clear()
@@ -179,7 +185,7 @@ class DoneListener:
                         logger.debug("closing the wait LISTEN connection failed", exc_info=True)
 
     def close(self, wait: float = 5.0) -> None:
-        """Stop the thread and close its connection (within ``SAFETY_SECONDS``)."""
+        """Stop the thread and close its connection (within ``TICK_SECONDS``)."""
         self._closed.set()
         with self._lock:
             thread = self._thread
