@@ -11,7 +11,7 @@ load), each round measures, in an order that rotates from round to round:
   one node after all of them (``nodes + 2`` jobs, ``2 x nodes`` edges);
 * **batch**: a batch of ``nodes`` no-op members with an ``on_success`` callback.
 
-A drain rate is jobs / (last ``finished_at`` − first ``started_at``), both on the
+A drain rate is jobs / (last ``finished_at`` minus first ``started_at``), both on the
 database's clock; the ratios to the plain drain of the same round are what the
 targets are about (fan-out ≥ 70 % on PostgreSQL; batch the same). While each
 drain runs, a sampler on its own connection counts lock waits every 10 ms:
@@ -261,8 +261,13 @@ class WorkflowBench:
             raise SystemExit(f"{kind}: expected {expected} succeeded jobs, found {counts}")
         span = Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
         seconds = max((span["last"] - span["first"]).total_seconds(), 1e-6)
-        return {"jobs": expected, "seconds": seconds, "rate": expected / seconds,
-                "enqueue_seconds": enqueued, **locks}
+        return {
+            "jobs": expected,
+            "seconds": seconds,
+            "rate": expected / seconds,
+            "enqueue_seconds": enqueued,
+            **locks,
+        }
 
     # -- wait() latency ----------------------------------------------------------------
 
@@ -280,7 +285,8 @@ class WorkflowBench:
             job = stamp.enqueue()
             done = job.wait(timeout=30)
             returned = time.time()
-            assert done.finished_at is not None and isinstance(done.result, float)
+            assert done.finished_at is not None
+            assert isinstance(done.result, float)
             from_finished.append((returned - done.finished_at.timestamp()) * 1000)
             from_stamp.append((returned - done.result) * 1000)
             from_enqueue.append((returned - before) * 1000)
@@ -318,7 +324,7 @@ class WorkflowBench:
             job = stamp.using(queue="bench-wait-idle").enqueue()
             committed: list[float] = []
 
-            def finish(job_id: Any = job.pk) -> None:
+            def finish(job_id: Any = job.pk, committed: list[float] = committed) -> None:
                 try:
                     time.sleep(random.uniform(0.02, 0.06))
                     Job.objects.cancel(job_id)

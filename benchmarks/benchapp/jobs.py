@@ -21,4 +21,3 @@ def stamp() -> float:
 @job(name="bench.batch_done")
 def batch_done(batch_id: str) -> None:
     """A batch's callback that does nothing, like ``noop``."""
-    return None

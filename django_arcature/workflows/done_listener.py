@@ -26,6 +26,7 @@ names an alias that bypasses the pooler, as for the workers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -69,10 +70,8 @@ class Waiter:
     def wake(self) -> None:
         self.event.set()
         if self.loop is not None and self.async_event is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody to wake
                 self.loop.call_soon_threadsafe(self.async_event.set)
-            except RuntimeError:  # its loop is closed: nobody left to wake
-                pass
 
     def clear(self) -> None:
         self.event.clear()

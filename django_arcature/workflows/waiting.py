@@ -15,6 +15,7 @@ snapshot, or the rows it holds), so it is refused there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
@@ -156,7 +157,5 @@ async def async_wait(job: Job, timeout: float = 30.0) -> Job:
 
 
 async def _sleep_until(event: asyncio.Event, seconds: float) -> None:
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(event.wait(), seconds)
-    except TimeoutError:
-        pass

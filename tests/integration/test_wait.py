@@ -1,4 +1,4 @@
-"""``job.wait()`` and ``async_wait()``: every outcome, timeouts, races, many waiters, lost connections.
+"""``job.wait()`` and ``async_wait()``: outcomes, timeouts, races, many waiters, lost connections.
 
 On PostgreSQL the tests that prove the notification path turn the waiters'
 polling off (``LISTENING_POLL`` and the listener's ``SAFETY_SECONDS`` set to an
@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -23,8 +23,8 @@ from django.db import connection, connections, transaction
 from django_arcature import JobWaitTimeout
 from django_arcature.models import Job, JobStatus
 from django_arcature.testing import run_job
-from django_arcature.workflows import done_listener, waiting
 from django_arcature.worker.wakeup import _autocommit_connection
+from django_arcature.workflows import done_listener, waiting
 from tests.testapp import workflow_jobs as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,11 +74,10 @@ def cancel(job: Job) -> Callable[[], object]:
 
 
 @pytest.fixture
-def no_polling(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """A waiter that listens reads its job only when woken: no safety reads."""
     monkeypatch.setattr(waiting, "LISTENING_POLL", 3600.0)
     monkeypatch.setattr(done_listener, "SAFETY_SECONDS", 3600.0)
-    yield
 
 
 def _listener() -> done_listener.DoneListener:
@@ -133,7 +132,7 @@ def test_wait_returns_at_once_for_a_finished_job() -> None:
 
 def test_timeout_raises_and_leaves_no_waiter_behind() -> None:
     job = wf.step.enqueue("never")
-    with pytest.raises(JobWaitTimeout, match="still pending after 0.3s"):
+    with pytest.raises(JobWaitTimeout, match=r"still pending after 0\.3s"):
         job.wait(timeout=0.3)
     listener = done_listener.listener_for("default")
     if listener is not None:
@@ -239,9 +238,7 @@ def test_async_waiter_is_woken_by_the_notification(no_polling: None) -> None:
             await sync_to_async(_close_all)()
 
     outcome: list[object] = []
-    loop_thread = threading.Thread(
-        target=lambda: outcome.append(asyncio.run(main())), daemon=True
-    )
+    loop_thread = threading.Thread(target=lambda: outcome.append(asyncio.run(main())), daemon=True)
     loop_thread.start()
     _until(lambda: _marked(job))
     run(job)()
