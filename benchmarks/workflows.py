@@ -243,6 +243,7 @@ class WorkflowBench:
         self.clear()
         sampler = LockSampler(self.vendor)
         sampler.start_sampling()
+        cpu_before = self.measure._workers_cpu()
         started = time.monotonic()
         expected = self.enqueue(kind)
         enqueued = time.monotonic() - started
@@ -255,17 +256,25 @@ class WorkflowBench:
                 sampler.finish()
                 raise SystemExit(f"{kind} did not drain in {self.options.drain_timeout}s")
             time.sleep(0.05)
+        cpu_after = self.measure._workers_cpu()
         locks = sampler.finish()
         counts = dict(Job.objects.values_list("status").annotate(n=Count("id")))
         if counts != {JobStatus.SUCCEEDED: expected}:
             raise SystemExit(f"{kind}: expected {expected} succeeded jobs, found {counts}")
         span = Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
         seconds = max((span["last"] - span["first"]).total_seconds(), 1e-6)
+        cpu = (
+            (cpu_after - cpu_before) * 1e6 / expected
+            if cpu_before is not None and cpu_after is not None
+            else None
+        )
         return {
             "jobs": expected,
             "seconds": seconds,
             "rate": expected / seconds,
             "enqueue_seconds": enqueued,
+            # Less sensitive to a busy machine than the rate: compare variants by it.
+            "worker_cpu_us_per_job": cpu,
             **locks,
         }
 
@@ -386,6 +395,13 @@ def _locks(r: dict[str, Any], kind: str) -> str:
     return "; ".join(parts)
 
 
+def _cpu(r: dict[str, Any], kind: str) -> str:
+    found = [f[kind]["worker_cpu_us_per_job"] for f in r["rounds"]]
+    if any(value is None for value in found):
+        return "-"
+    return f"{statistics.median(found):,.0f} µs"
+
+
 def render(results: list[dict[str, Any]], options: argparse.Namespace) -> str:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -424,6 +440,17 @@ def render(results: list[dict[str, Any]], options: argparse.Namespace) -> str:
             f"| {LABELS.get(r['db'], r['db'])} | {_locks(r, 'plain')} | {_locks(r, 'fanout')} "
             f"| {_locks(r, 'batch')} |"
         )
+    lines += [
+        "",
+        "Worker CPU per job (both processes, user + system; median over rounds), which a busy "
+        "machine disturbs less than the rates:",
+        "",
+        "| database | plain | fan-out/fan-in | batch |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        cells = [_cpu(r, kind) for kind in KINDS]
+        lines.append(f"| {LABELS.get(r['db'], r['db'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
