@@ -218,7 +218,7 @@ class WorkflowBench:
         from benchmarks.benchapp.jobs import batch_done, noop
         from django_arcature import Batch, Workflow
 
-        nodes = self.options.nodes
+        nodes = int(self.options.nodes)
         if kind == "plain":
             noop.enqueue_many([[]] * (nodes + 2))
             return nodes + 2

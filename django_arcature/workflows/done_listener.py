@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -94,6 +95,7 @@ class DoneListener:
         self.backend_pid: int | None = None
         self.reconnects = 0
         self._closed = threading.Event()
+        self.pid = os.getpid()
 
     @property
     def listening(self) -> bool:
@@ -269,7 +271,9 @@ def listener_for(using: str) -> DoneListener | None:
         return None
     with _listeners_lock:
         found = _listeners.get(using)
-        if found is None:
+        # A forked child (a pre-forking web server) inherits the parent's listener
+        # but not its thread or connection: it gets one of its own.
+        if found is None or found.pid != os.getpid():
             found = _listeners[using] = DoneListener(using)
         return found
 

@@ -357,3 +357,14 @@ def test_behind_a_transaction_pooler_waiters_poll() -> None:
     assert second.wait(timeout=20).result == "pooled again"
     thread.join()
     assert not _marked(second)  # polling alone: nothing written to the job
+
+
+@only_postgresql
+@pytest.mark.pgbouncer(False, reason="LISTEN delivers on a direct connection")
+def test_a_forked_process_gets_a_listener_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's listener thread and connection do not survive a fork."""
+    parent = _listener()
+    monkeypatch.setattr(done_listener.os, "getpid", lambda: parent.pid + 1)
+    child = _listener()
+    assert child is not parent
+    assert child.pid == parent.pid + 1
