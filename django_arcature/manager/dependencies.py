@@ -138,24 +138,39 @@ def _cascade(using: str, model: type[Job], frontier: dict[uuid.UUID, str]) -> li
         )
         if not waiting:
             break
-        # Whether a dependent still has an open edge: EXISTS stops at the first one
-        # (index arcature_edge_down_idx), so each completion of a wide fan-in probes
-        # once instead of reading every edge still open (quadratic over the fan-in).
-        undecided = set(
+        # Whether a dependent still has an open edge, or one that can no longer be met:
+        # one statement, each EXISTS stopping at its first edge (index
+        # arcature_edge_down_idx), so a completion of a wide fan-in probes instead of
+        # reading every edge still open (quadratic over the fan-in), and the dependent's
+        # lock, held from above to the commit, is held one round trip less.
+        flags = (
             model.objects.using(using)
             .filter(id__in=waiting)
-            .filter(Exists(edges.filter(downstream_id=OuterRef("id"), state=m.EdgeState.OPEN)))
-            .values_list("id", flat=True)
+            .annotate(
+                has_open=Exists(edges.filter(downstream_id=OuterRef("id"), state=m.EdgeState.OPEN)),
+                has_unmet=Exists(
+                    edges.filter(downstream_id=OuterRef("id"), state=m.EdgeState.UNMET)
+                ),
+            )
+            .values_list("id", "has_open", "has_unmet")
         )
+        undecided: set[uuid.UUID] = set()
+        ruled_out: list[uuid.UUID] = []
+        for job_id, has_open, has_unmet in flags:
+            if has_open:
+                undecided.add(job_id)
+            if has_unmet:
+                ruled_out.append(job_id)
         unmet: dict[uuid.UUID, uuid.UUID] = {}
-        for down, up in (
-            edges.filter(downstream_id__in=waiting, state=m.EdgeState.UNMET)
-            .order_by("id")
-            .values_list("downstream_id", "upstream_id")
-        ):
-            # The upstream this round finished names the reason when it is one.
-            if down not in unmet or (up in frontier and unmet[down] not in frontier):
-                unmet[down] = up
+        if ruled_out:
+            for down, up in (
+                edges.filter(downstream_id__in=ruled_out, state=m.EdgeState.UNMET)
+                .order_by("id")
+                .values_list("downstream_id", "upstream_id")
+            ):
+                # The upstream this round finished names the reason when it is one.
+                if down not in unmet or (up in frontier and unmet[down] not in frontier):
+                    unmet[down] = up
         ready = [job_id for job_id in waiting if job_id not in undecided and job_id not in unmet]
         if ready:
             model.objects.using(using).filter(id__in=ready, status=JobStatus.WAITING).update(
