@@ -364,7 +364,7 @@ def test_behind_a_transaction_pooler_waiters_poll() -> None:
 def test_a_forked_process_gets_a_listener_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """The parent's listener thread and connection do not survive a fork."""
     parent = _listener()
-    monkeypatch.setattr(done_listener.os, "getpid", lambda: parent.pid + 1)
+    monkeypatch.setattr(os, "getpid", lambda: parent.pid + 1)
     child = _listener()
     assert child is not parent
     assert child.pid == parent.pid + 1
