@@ -8,3 +8,16 @@ from django_arcature import job
 @job(name="bench.noop")
 def noop() -> None:
     return None
+
+
+@job(name="bench.stamp")
+def stamp() -> float:
+    """Returns when it ran (this host's clock): the wait() latency benchmark's "finished"."""
+    import time
+
+    return time.time()
+
+
+@job(name="bench.batch_done")
+def batch_done(batch_id: str) -> None:
+    """A batch's callback that does nothing, like ``noop``."""

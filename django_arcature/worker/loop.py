@@ -112,6 +112,13 @@ class WorkerStats:
 ClaimKey = tuple[uuid.UUID, uuid.UUID]
 
 
+@dataclass(frozen=True)
+class _Cancelled:
+    """A notification that a running job was cancelled (PostgreSQL, migration 0013)."""
+
+    job_id: str
+
+
 @dataclass
 class _InFlight:
     """A job this worker has claimed and not yet written back."""
@@ -356,6 +363,11 @@ class Worker(HandlerThreads):
             if not self._finished:
                 self._first_finished_at = time.monotonic()
             self._finished.append(item)
+        elif isinstance(item, _Cancelled):
+            # One of ours? Then heartbeat now: the fenced heartbeat finds the claim
+            # gone and raises cancel_requested, as it would at the next beat.
+            if any(str(key[0]) == item.job_id for key in self._inflight):
+                self._next_heartbeat = 0.0
         elif item in ("notify", "enqueued"):
             self._idle_wait = self._min_poll
             # "enqueued" (a job NOTIFY) cannot mean a pause or resume: those send their
@@ -904,6 +916,7 @@ class Worker(HandlerThreads):
                 self.using,
                 lambda: self._events.put("enqueued"),
                 on_queues=lambda: self._events.put("notify"),
+                on_cancel=lambda job_id: self._events.put(_Cancelled(job_id)),
             )
             self._listener.start()
         if self.conf.wake_hints:
