@@ -49,7 +49,6 @@ def _params(using: str) -> tuple[dict[str, Any], str | None, str | None]:
     """The keyword arguments of ``AsyncConnection.connect`` for ``using``, the role to
     assume and the time zone to set, as Django's connection for the alias does."""
     import psycopg
-
     from django.db.backends.postgresql.base import ServerBindingCursor
 
     wrapper = connections[using]
@@ -75,7 +74,9 @@ async def async_connection(using: str) -> Any:
     connection = await psycopg.AsyncConnection.connect(**params)
     try:
         if role:
-            await connection.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
+            await connection.execute(
+                psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role))
+            )
         if zone and connection.info.parameter_status("TimeZone") != zone:
             await connection.execute("SELECT set_config('TimeZone', %s, false)", [zone])
     except BaseException:
@@ -118,7 +119,6 @@ def as_django_error(exc: BaseException) -> BaseException:
     Django's cursor raises it; the sync connection of the alias is left unmarked,
     since it is not the one that failed."""
     import psycopg
-
     from django.db import utils
 
     for name in (
@@ -133,5 +133,6 @@ def as_django_error(exc: BaseException) -> BaseException:
         "Error",
     ):
         if isinstance(exc, getattr(psycopg, name)):
-            return getattr(utils, name)(*exc.args)
+            error: BaseException = getattr(utils, name)(*exc.args)
+            return error
     return exc

@@ -90,10 +90,7 @@ def copy_text(
     def lines() -> Iterator[str]:
         for obj in objs:
             values = obj.__dict__
-            yield (
-                "\t".join([text(values[attname]) for attname, text in converters])
-                + suffix
-            )
+            yield ("\t".join([text(values[attname]) for attname, text in converters]) + suffix)
 
     if not converters:  # every row the same (cannot happen for jobs: each has its own id)
 
@@ -129,7 +126,7 @@ class _Renderer:
         if type(value) is datetime:
             return value.isoformat()
         dumped = self.transformer.get_dumper(value, self.format).dump(value)
-        return escape(bytes(dumped).decode())
+        return escape(bytes(dumped or b"").decode())
 
     def for_field(self, field: Any, convert: Callable[[Any], Any]) -> Callable[[Any], str]:
         """The text function of one varying column, from the row's own attribute value:

@@ -132,7 +132,7 @@ class EnqueueWrites(JobWriter):
         """
         from asgiref.sync import sync_to_async
 
-        options = {
+        options: dict[str, Any] = {
             "args": args,
             "kwargs": kwargs,
             "queue": queue,

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections

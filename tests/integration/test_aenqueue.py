@@ -68,12 +68,12 @@ def announced() -> Iterator[list[Job]]:
     signals.job_enqueued.disconnect(receive)
 
 
-def run[T](coroutine_function: Any, *args: Any, **kwargs: Any) -> T:
+def run(coroutine_function: Any, *args: Any, **kwargs: Any) -> Any:
     """Run in a fresh event loop (as an ASGI request would), closing its connections."""
 
-    async def inside() -> T:
+    async def inside() -> Any:
         try:
-            return await coroutine_function(*args, **kwargs)  # type: ignore[no-any-return]
+            return await coroutine_function(*args, **kwargs)
         finally:
             await async_pg.aclose_all()
 
@@ -100,8 +100,10 @@ def test_the_returned_job_is_the_stored_row_and_matches_the_sync_path() -> None:
     made = run(echo.aenqueue, [1, 2.5, None], key={"x": "é"})
     twin = echo.enqueue([1, 2.5, None], key={"x": "é"})
     stored = Job.objects.get(pk=made.pk)
-    assert not made._state.adding and made._state.db == "default"
-    assert made.available_at == stored.available_at and made.created_at == stored.created_at
+    assert not made._state.adding
+    assert made._state.db == "default"
+    assert made.available_at == stored.available_at
+    assert made.created_at == stored.created_at
     skip = {"id", "available_at", "created_at"}
     fields = [f.attname for f in Job._meta.concrete_fields if f.attname not in skip]
     assert [getattr(stored, name) for name in fields] == [

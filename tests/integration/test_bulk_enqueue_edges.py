@@ -47,8 +47,10 @@ def announced() -> Iterator[list[Job]]:
 def test_a_one_row_batch() -> None:
     [made] = echo.enqueue_many([(1, "a")])
     stored = Job.objects.get()
-    assert stored.pk == made.pk and stored.payload == {"args": [1, "a"], "kwargs": {}}
-    assert made.created_at == stored.created_at and made.available_at == stored.available_at
+    assert stored.pk == made.pk
+    assert stored.payload == {"args": [1, "a"], "kwargs": {}}
+    assert made.created_at == stored.created_at
+    assert made.available_at == stored.available_at
 
 
 #: 100,000 rows under ARCATURE_SOAK=1 (about 15 s on MariaDB or SQLite on a busy 2-core
@@ -59,7 +61,8 @@ BIG_BATCH = 100_000 if os.environ.get("ARCATURE_SOAK") == "1" else 20_000
 def test_a_big_batch_is_stored_whole_and_in_order() -> None:
     count = BIG_BATCH
     jobs = echo.enqueue_many([(i,) for i in range(count)])
-    assert len(jobs) == count and len({j.pk for j in jobs}) == count
+    assert len(jobs) == count
+    assert len({j.pk for j in jobs}) == count
     assert Job.objects.filter(status=JobStatus.PENDING).count() == count
     # The rows become available in the order given, so they are claimed in that order.
     first = list(Job.objects.order_by("available_at", "id")[:3].values_list("payload", flat=True))
@@ -94,16 +97,18 @@ def test_text_that_copy_would_read_as_markup_is_stored_as_given() -> None:
 def test_a_bulk_enqueue_that_partly_conflicts_on_unique_keys(announced: list[Job]) -> None:
     holders = {key: once.enqueue(key) for key in range(0, 200, 4)}
     announced.clear()
-    keys = [key for key in range(200)] + [7, 8]  # two more conflicts within the batch
+    keys = list(range(200)) + [7, 8]  # two more conflicts within the batch
     jobs = once.enqueue_many([(key,) for key in keys])
     assert len(jobs) == len(keys)
     for key, found in zip(keys, jobs, strict=True):
         if key in holders:
             assert found.pk == holders[key].pk
-    assert jobs[200].pk == jobs[7].pk and jobs[201].pk == jobs[8].pk
+    assert jobs[200].pk == jobs[7].pk
+    assert jobs[201].pk == jobs[8].pk
     assert Job.objects.count() == 200
     new = {j.pk for key, j in zip(keys, jobs, strict=True) if key not in holders}
-    assert {j.pk for j in announced} == new and len(announced) == len(new)
+    assert {j.pk for j in announced} == new
+    assert len(announced) == len(new)
 
 
 #: A row trigger that fails the statement when a row's first argument is "boom".

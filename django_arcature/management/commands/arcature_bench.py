@@ -135,6 +135,8 @@ class Command(RefusedDatabaseStopsCommand):
         results["enqueue_single_per_s"] = statistics.median(
             bench.enqueue_single(options["single"]) for _ in range(repeat)
         )
+        self._progress(options, "enqueue inside a transaction")
+        results.update(bench.enqueue_in_transaction(options["single"]))
         self._progress(options, "enqueue in bulk")
         results["enqueue_bulk_per_s"] = statistics.median(
             bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
@@ -156,6 +158,11 @@ class Command(RefusedDatabaseStopsCommand):
     def _table(self, r: dict[str, Any]) -> None:
         rows = [
             ("enqueue, one by one", f"{r['enqueue_single_per_s']:,.0f} jobs/s"),
+            (
+                "enqueue in a transaction p50 / p99",
+                f"{r['enqueue_in_transaction_p50_us']:,.0f} µs / "
+                f"{r['enqueue_in_transaction_p99_us']:,.0f} µs",
+            ),
             ("enqueue, bulk", f"{r['enqueue_bulk_per_s']:,.0f} jobs/s"),
             *(
                 (f"drain, {n} worker process{'es' if n != '1' else ''}", f"{rate:,.0f} jobs/s")
