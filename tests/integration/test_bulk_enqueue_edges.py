@@ -97,7 +97,7 @@ def test_text_that_copy_would_read_as_markup_is_stored_as_given() -> None:
 def test_a_bulk_enqueue_that_partly_conflicts_on_unique_keys(announced: list[Job]) -> None:
     holders = {key: once.enqueue(key) for key in range(0, 200, 4)}
     announced.clear()
-    keys = list(range(200)) + [7, 8]  # two more conflicts within the batch
+    keys = [*range(200), 7, 8]  # two more conflicts within the batch
     jobs = once.enqueue_many([(key,) for key in keys])
     assert len(jobs) == len(keys)
     for key, found in zip(keys, jobs, strict=True):
