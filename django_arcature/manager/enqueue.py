@@ -122,7 +122,9 @@ class EnqueueWrites(JobWriter):
         """:meth:`enqueue` from async code, committed when it returns.
 
         Async code has no transaction of its own to join, so the job is inserted
-        in autocommit. On PostgreSQL (psycopg 3) the INSERT goes on an async
+        in autocommit. Called from sync code through ``async_to_sync`` (which may
+        hold a transaction open), it runs :meth:`enqueue` in that thread and joins
+        its transaction, as before. Otherwise, on PostgreSQL (psycopg 3) the INSERT goes on an async
         connection driven by the running event loop (:mod:`django_arcature.db.async_pg`),
         not through a worker thread as Django's async ORM does; that INSERT does
         not pass through Django's cursor, so ``execute_wrapper`` hooks and query
@@ -517,11 +519,17 @@ def _trace_context(model: type[Any], task_name: str, queue: str, count: int) -> 
 def _native_async(using: str) -> bool:
     """Whether :meth:`EnqueueWrites.aenqueue` may insert on the event loop's own
     connection: PostgreSQL under psycopg 3, with nothing that needs the sync path."""
+    from asgiref.sync import AsyncToSync
     from django.db import connections
 
     from django_arcature.db.async_pg import supports_native_async
 
     if not supports_native_async(using) or get_settings().eager:
+        return False
+    # Under async_to_sync, sync code is waiting on this coroutine and may hold a
+    # transaction open (a test case, a sync view calling async code): the sync path,
+    # run in that thread, joins it as enqueue() would; a connection of our own could not.
+    if getattr(AsyncToSync.executors, "current", None) is not None:
         return False
     return not connections[using].in_atomic_block
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, connections, transaction
 from django.http import HttpRequest, JsonResponse
 from django.test import AsyncClient, override_settings
 from django.urls import path
@@ -69,20 +69,24 @@ def announced() -> Iterator[list[Job]]:
 
 
 def run(coroutine_function: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run in a fresh event loop (as an ASGI request would), closing its connections."""
+    """Run in an event loop of its own with no sync caller waiting on it (as an ASGI
+    server runs a request), closing the loop's connections after."""
 
     async def inside() -> Any:
         try:
             return await coroutine_function(*args, **kwargs)
         finally:
             await async_pg.aclose_all()
+            # The thread sync_to_async used (the ASGI handler's signals, a fallback)
+            # has a connection of its own.
+            await sync_to_async(connections.close_all)()
 
-    return async_to_sync(inside)()
+    return asyncio.run(inside())
 
 
 @override_settings(ROOT_URLCONF=__name__)
 def test_an_async_view_commits_the_job_before_it_responds() -> None:
-    response = async_to_sync(AsyncClient().get)("/enqueue", {"value": "héllo\t\\"})
+    response = run(AsyncClient().get, "/enqueue", {"value": "héllo\t\\"})
     body = json.loads(response.content)
     stored = Job.objects.get(pk=body["id"])  # this connection sees it: committed
     assert (stored.task_name, stored.queue, stored.priority, stored.max_attempts) == (
@@ -172,6 +176,20 @@ def test_a_lost_async_connection_fails_one_enqueue_and_the_next_reconnects() -> 
     assert outcome == "failed"  # a lost acknowledgement is reported, never retried blindly
     assert Job.objects.filter(pk=after.pk).exists()
     assert sorted(j.payload["args"][0] for j in Job.objects.all()) == ["after", "first"]
+
+
+def test_called_through_async_to_sync_it_joins_the_callers_transaction() -> None:
+    """A sync caller (a test case, a sync view) inside atomic(): the job is written in
+    its transaction and rolled back with it, as enqueue() would be."""
+
+    class Abort(Exception):
+        pass
+
+    with pytest.raises(Abort), transaction.atomic():
+        made = async_to_sync(echo.aenqueue)("inside")
+        assert Job.objects.filter(pk=made.pk).exists()  # this transaction sees it
+        raise Abort
+    assert Job.objects.count() == 0
 
 
 def test_eager_mode_runs_the_job_through_the_sync_path() -> None:
