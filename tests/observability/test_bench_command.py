@@ -83,6 +83,7 @@ def test_table_output() -> None:
     labels = [line.split("  ")[1] for line in lines[1:]]
     assert labels == [
         "enqueue, one by one",
+        "enqueue in a transaction p50 / p99",
         "enqueue, bulk",
         "drain, 1 worker process",
         "drain, 2 worker processes",
