@@ -155,30 +155,58 @@ class Contenders:
             names.append("django-tasks-db")
         return names
 
-    def rate(self, name: str, count: int) -> float:
+    def our_pid(self) -> int | None:
+        if self.connection.vendor != "postgresql":
+            return None
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    def rate(self, name: str, count: int) -> dict[str, float]:
+        """Rate, and client and server (PostgreSQL backend) CPU per enqueue in µs."""
+        from benchmarks.enqueue_bulk import backend_cpu_seconds
+
+        if name == "pgqueuer":
+            return self.loop.run_until_complete(self._pgqueuer(count))
         if name == "ours":
             self.clear()
             enqueue = self.noop.enqueue
-            started = time.perf_counter()
-            for _ in range(count):
-                enqueue()
-            return count / (time.perf_counter() - started)
-        if name == "pgqueuer":
-            return float(self.loop.run_until_complete(self._pgqueuer(count)))
-        peer_noop, table = self.tasks_db
-        self.clear(table)
+        else:
+            peer_noop, table = self.tasks_db
+            self.clear(table)
+            enqueue = peer_noop.enqueue
+        pid = self.our_pid()
+        server = backend_cpu_seconds(pid) if pid else 0.0
+        cpu = time.process_time()
         started = time.perf_counter()
         for _ in range(count):
-            peer_noop.enqueue()
-        return count / (time.perf_counter() - started)
+            enqueue()
+        elapsed = time.perf_counter() - started
+        result = {
+            name: count / elapsed,
+            f"{name}_client_us": (time.process_time() - cpu) / count * 1e6,
+        }
+        if pid:
+            result[f"{name}_server_us"] = (backend_cpu_seconds(pid) - server) / count * 1e6
+        return result
 
-    async def _pgqueuer(self, count: int) -> float:
+    async def _pgqueuer(self, count: int) -> dict[str, float]:
+        from benchmarks.enqueue_bulk import backend_cpu_seconds
+
         queries = self.pgqueuer.queries
         await self.pgqueuer.conn.execute("TRUNCATE pgqueuer")
+        pid = self.pgqueuer.conn.info.backend_pid
+        server = backend_cpu_seconds(pid)
+        cpu = time.process_time()
         started = time.perf_counter()
         for _ in range(count):
             await queries.enqueue("noop", None)
-        return count / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        return {
+            "pgqueuer": count / elapsed,
+            "pgqueuer_client_us": (time.process_time() - cpu) / count * 1e6,
+            "pgqueuer_server_us": (backend_cpu_seconds(pid) - server) / count * 1e6,
+        }
 
     def asgi(self, count: int) -> dict[str, float]:
         """Requests per second through the ASGI handler, per view."""
@@ -243,7 +271,9 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
         for index in range(options.rounds):
             names = contenders.names()
             order = names if index % 2 == 0 else names[::-1]
-            measured: dict[str, Any] = {name: contenders.rate(name, options.jobs) for name in order}
+            measured: dict[str, Any] = {}
+            for name in order:
+                measured.update(contenders.rate(name, options.jobs))
             measured.update(contenders.measure.enqueue_in_transaction(options.jobs))
             measured.update(contenders.asgi(options.requests))
             rounds.append(measured)
