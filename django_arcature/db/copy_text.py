@@ -85,18 +85,14 @@ def copy_text(
             continue  # NULL: what the column holds when the COPY leaves it out
         columns.append(qn(field.column))
         tail.append(render.value(value))
-    suffix = ("\t" + "\t".join(tail) if tail else "") + "\n"
+    # The shared columns' text, after the varying ones (a tab between the two parts
+    # only if both have columns).
+    suffix = ("\t" if converters and tail else "") + "\t".join(tail) + "\n"
 
     def lines() -> Iterator[str]:
         for obj in objs:
             values = obj.__dict__
-            yield ("\t".join([text(values[attname]) for attname, text in converters]) + suffix)
-
-    if not converters:  # every row the same (cannot happen for jobs: each has its own id)
-
-        def lines() -> Iterator[str]:
-            for _ in objs:
-                yield suffix.removeprefix("\t")
+            yield "\t".join([text(values[attname]) for attname, text in converters]) + suffix
 
     return CopyText(columns, lines())
 
