@@ -185,10 +185,17 @@ def test_called_through_async_to_sync_it_joins_the_callers_transaction() -> None
     class Abort(Exception):
         pass
 
-    with pytest.raises(Abort), transaction.atomic():
-        made = async_to_sync(echo.aenqueue)("inside")
-        assert Job.objects.filter(pk=made.pk).exists()  # this transaction sees it
-        raise Abort
+    seen: list[bool] = []
+
+    def enqueue_then_fail() -> None:
+        with transaction.atomic():
+            made = async_to_sync(echo.aenqueue)("inside")
+            seen.append(Job.objects.filter(pk=made.pk).exists())  # this transaction sees it
+            raise Abort
+
+    with pytest.raises(Abort):
+        enqueue_then_fail()
+    assert seen == [True]
     assert Job.objects.count() == 0
 
 
