@@ -57,9 +57,17 @@ def test_json_results_and_only_its_own_rows_are_touched() -> None:
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert results["database"] == connection.vendor
-    for key in ("enqueue_single_per_s", "enqueue_bulk_per_s", "pickup_p50_ms", "pickup_p95_ms"):
+    for key in (
+        "enqueue_single_per_s",
+        "enqueue_bulk_per_s",
+        "enqueue_in_transaction_p50_us",
+        "enqueue_in_transaction_p99_us",
+        "pickup_p50_ms",
+        "pickup_p95_ms",
+    ):
         assert results[key] > 0, key
     assert results["pickup_p95_ms"] >= results["pickup_p50_ms"]
+    assert results["enqueue_in_transaction_p99_us"] >= results["enqueue_in_transaction_p50_us"]
     assert set(results["drain_per_s"]) == {"1", "2"}
     assert all(rate > 0 for rate in results["drain_per_s"].values())
     # Its rows are gone; the user's job is untouched.
@@ -75,6 +83,7 @@ def test_table_output() -> None:
     labels = [line.split("  ")[1] for line in lines[1:]]
     assert labels == [
         "enqueue, one by one",
+        "enqueue in a transaction p50 / p99",
         "enqueue, bulk",
         "drain, 1 worker process",
         "drain, 2 worker processes",

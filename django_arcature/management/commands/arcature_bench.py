@@ -163,6 +163,8 @@ class Command(RefusedDatabaseStopsCommand):
         results["enqueue_single_per_s"] = statistics.median(
             bench.enqueue_single(options["single"]) for _ in range(repeat)
         )
+        self._progress(options, gettext("enqueue inside a transaction"))
+        results.update(bench.enqueue_in_transaction(options["single"]))
         self._progress(options, gettext("enqueue in bulk"))
         results["enqueue_bulk_per_s"] = statistics.median(
             bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
@@ -195,6 +197,11 @@ class Command(RefusedDatabaseStopsCommand):
 
         rows = [
             (gettext("enqueue, one by one"), rate(r["enqueue_single_per_s"])),
+            (
+                gettext("enqueue in a transaction p50 / p99"),
+                f"{r['enqueue_in_transaction_p50_us']:,.0f} µs / "
+                f"{r['enqueue_in_transaction_p99_us']:,.0f} µs",
+            ),
             (gettext("enqueue, bulk"), rate(r["enqueue_bulk_per_s"])),
             *(
                 (
