@@ -267,7 +267,7 @@ class Harness:
             cpu = self.workers_cpu()
             for first in range(0, jobs, 1_000):
                 self.peer.enqueue_batch(keys[first : first + 1_000])
-            stamps = self.wait_stamped(keys, timeout=max(120.0, jobs / 20))
+            stamps = self.wait_stamped(keys, timeout=max(300.0, jobs / 5))
             cpu = self.workers_cpu() - cpu
         finally:
             self.stop_workers()
