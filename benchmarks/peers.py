@@ -204,19 +204,53 @@ def ours_only(ours: dict[str, Any], options: argparse.Namespace) -> list[str]:
     return lines
 
 
-def report(
-    results: list[dict[str, Any]], options: argparse.Namespace, loads: list[str], command: str
-) -> str:
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+def goals(ours: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
+    """Issue 21's targets, each against this run's own numbers."""
+    postgres = [r for r in results if r["name"] in POSTGRES_PEERS]
+    huey = next((r for r in results if r["name"] == "huey" and "error" not in r), None)
+    rows: list[tuple[str, str, bool | None]] = []
+
+    def against(figure: str, pool: list[dict[str, Any]], target: float, what: str) -> None:
+        best = best_peer(pool, figure)
+        mine = ours.get(figure)
+        if best is None or mine is None:
+            rows.append((what, "not measured", None))
+            return
+        got = ratio(figure, mine, best[1])
+        rows.append((what, f"{got:.2f}x ({best[0]} {fmt(figure, best[1])})", got >= target))
+
+    against("bulk_1000", postgres, 1.5, "bulk enqueue >= 1.5x the fastest PostgreSQL peer")
+    if ours.get("copy_rate") and ours.get("bulk_1000"):
+        share = ours["bulk_1000"] / ours["copy_rate"]
+        rows.append(("bulk enqueue within 70 % of COPY", f"{share:.0%} of COPY", share >= 0.7))
+    pickup = ours.get("pickup_p50_ms")
+    if pickup is not None:
+        rows.append(("idle pickup p50 <= 1.5 ms", f"{pickup:.1f} ms", pickup <= 1.5))
+    against("single", results, 1.25, "one-by-one enqueue >= 1.25x the fastest peer")
+    against("single", postgres, 1.25, "one-by-one enqueue >= 1.25x the fastest PostgreSQL peer")
+    added = ours.get("in_tx_added_p50_us")
+    if added is not None:
+        rows.append(("in-transaction enqueue p50 <= 150 µs", f"{added:.0f} µs", added <= 150))
+    against("drain_2", [huey] if huey else [], 2.5, "drain >= 2.5x Huey on Redis")
+    against("drain_2", postgres, 2.0, "drain >= 2x the fastest PostgreSQL peer")
+    lines = ["| goal (issue 21) | this run | met |", "|---|---|---|"]
+    for what, value, met in rows:
+        lines.append(f"| {what} | {value} | {'—' if met is None else 'yes' if met else 'no'} |")
+    return lines
+
+
+def report(record: dict[str, Any]) -> str:
+    results: list[dict[str, Any]] = record["results"]
+    options = argparse.Namespace(**record["options"])
+    loads = record["loads"]
     good = [r for r in results if "error" not in r]
     lines = [
         "# django-arcature beside other Python job queues",
         "",
-        f"Measured {stamp} by `benchmarks/peers.py`: {platform.machine()}, "
-        f"{os.cpu_count()} cores, {platform.system()} {platform.release()}, Python "
-        f"{platform.python_version()}; load average before {loads[0]}, after {loads[1]}.",
+        f"Measured {record['date']} by `benchmarks/peers.py`: {record['machine']}; load "
+        f"average before {loads[0]}, after {loads[1]} (1, 5 and 15 minutes).",
         "",
-        f"    {command}",
+        f"    {record['command']}",
         "",
         f"{options.jobs:,} jobs per bulk and drain run, {options.single:,} one by one, "
         f"{options.samples} pickup samples, median of {options.rounds} round(s). The job is "
@@ -268,11 +302,16 @@ def report(
             lines.append("| " + " | ".join(cells) + " |")
         if "copy_rate" in ours:
             lines += ["", *ours_only(ours, options)]
+        lines += ["", "## Goals", "", *goals(ours, results)]
     lines += ["", "## Versions and fairness caveats", ""]
     for r in good:
         versions = ", ".join(f"{k} {v}" for k, v in r["versions"].items())
         lines.append(f"**{r['label']}** ({versions})")
         lines.append("")
+        if "loads" in r:
+            lines.append(
+                f"- load average when it started {r['loads'][0]}, at its end {r['loads'][1]}"
+            )
         for key, text in r["caveats"].items():
             lines.append(f"- {key}: {text}")
         lines.append("")
@@ -298,7 +337,8 @@ def report(
         "- Ours, in a request's transaction: pairs of transactions, alternating, each an "
         "UPDATE of one row of the request's own table and the commit, with and without one "
         "`enqueue()` inside; `--tx-pairs` pairs per round.",
-        "- Physical limit: the rows our `enqueue_many` wrote for 10,000 jobs, copied out "
+        f"- Physical limit: the rows our `enqueue_many` wrote for {options.jobs:,} jobs, "
+        "copied out "
         "and back in with `COPY ... FROM STDIN` through `psql` (server-side time from "
         "`\\timing`), into the same table with its indexes and NOTIFY trigger.",
         "",
@@ -325,12 +365,21 @@ def main() -> None:
         default=str(VENV / "bin" / "python"),
         help="interpreter of the peers (default: var/peers-venv, which this script creates)",
     )
-    parser.add_argument("--out", default=str(OUT), help="where the Markdown goes")
+    parser.add_argument(
+        "--out", default=str(OUT), help="where the Markdown goes (the raw results beside it, .json)"
+    )
+    parser.add_argument(
+        "--render", metavar="JSON", help="only rewrite the Markdown from a run's saved results"
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="per contender, seconds")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
         print("RESULT " + json.dumps(child(options.one, options)), flush=True)
+        return
+    if options.render:
+        record = json.loads(Path(options.render).read_text())
+        Path(options.out).write_text(report(record))
         return
     names = [name.strip() for name in options.peers.split(",") if name.strip()]
     unknown = sorted(set(names) - set(CONTENDERS))
@@ -349,15 +398,28 @@ def main() -> None:
             continue
         python = sys.executable if name == "arcature" else options.peers_python
         print(f"--- {name}", file=sys.stderr, flush=True)
+        started_load = load_average()
         try:
             result = run_contender(name, python, passed, options.timeout)
         except Exception:  # the child could not even start: say so, go on
             result = {"name": name, "error": traceback.format_exc()[-3000:]}
+        result["loads"] = [started_load, load_average()]
         print(json.dumps(result), flush=True)
         results.append(result)
     loads.append(load_average())
-    text = report(results, options, loads, command)
-    Path(options.out).write_text(text)
+    record = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}",
+        "command": command,
+        "loads": loads,
+        "options": {key: getattr(options, key) for key in ("jobs", "single", "samples", "rounds")},
+        "results": results,
+    }
+    out = Path(options.out)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    text = report(record)
+    out.write_text(text)
     print(text)
 
 

@@ -33,6 +33,10 @@ class Noop:
         stamp(job.args["key"])
 
 
+#: The decorated class, whose ``new`` and ``enqueue`` the decorator adds.
+NOOP: Any = Noop
+
+
 def _cli() -> str:
     return shutil.which("oban", path=str(Path(sys.executable).parent)) or "oban"
 
@@ -73,10 +77,10 @@ class ObanPeer(Peer):
         self.aio.run(truncate())
 
     def enqueue_one(self, key: int) -> None:
-        self.aio.run(Noop.enqueue({"key": key}))
+        self.aio.run(NOOP.enqueue({"key": key}))
 
     def enqueue_batch(self, keys: list[int]) -> None:
-        self.aio.run(self.oban.enqueue_many([Noop.new({"key": key}) for key in keys]))
+        self.aio.run(self.oban.enqueue_many([NOOP.new({"key": key}) for key in keys]))
 
     def worker_argv(self) -> list[str]:
         return [_cli(), "start", "--dsn", self.dsn, "--queues", "default:10"]

@@ -70,7 +70,7 @@ class ProcrastinatePeer(Peer):
             subprocess.run(
                 [_cli(), f"--app={APP_PATH}", "schema", "--apply"], check=True, capture_output=True
             )
-        self.aio.run(app.open_async())  # type: ignore[arg-type]
+        self.aio.run(app.open_async())
 
     def clear(self) -> None:
         import psycopg
