@@ -239,6 +239,20 @@ def goals(ours: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def busy_warning(loads: list[str]) -> list[str]:
+    """A run on a machine busier than its cores says so above its numbers."""
+    cores = os.cpu_count() or 1
+    peak = max(float(load.split()[0]) for load in loads)
+    if peak <= cores:
+        return []
+    return [
+        f"**Busy machine**: a load average up to {peak:.1f} on {cores} cores (other work "
+        "ran beside this one). Every figure is depressed and the ratios are noisy; rerun "
+        "the command above on an idle machine for numbers to quote.",
+        "",
+    ]
+
+
 def report(record: dict[str, Any]) -> str:
     results: list[dict[str, Any]] = record["results"]
     options = argparse.Namespace(**record["options"])
@@ -252,6 +266,7 @@ def report(record: dict[str, Any]) -> str:
         "",
         f"    {record['command']}",
         "",
+        *busy_warning(loads),
         f"{options.jobs:,} jobs per bulk and drain run, {options.single:,} one by one, "
         f"{options.samples} pickup samples, median of {options.rounds} round(s). The job is "
         "the same no-op everywhere (one integer argument) whose handler stamps its "
