@@ -267,6 +267,7 @@ def report(record: dict[str, Any]) -> str:
         f"    {record['command']}",
         "",
         *busy_warning(loads),
+        *[f"**Note**: {note}\n" for note in record.get("notes", [])],
         f"{options.jobs:,} jobs per bulk and drain run, {options.single:,} one by one, "
         f"{options.samples} pickup samples, median of {options.rounds} round(s). The job is "
         "the same no-op everywhere (one integer argument) whose handler stamps its "
