@@ -242,7 +242,7 @@ def goals(ours: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
 def busy_warning(loads: list[str]) -> list[str]:
     """A run on a machine busier than its cores says so above its numbers."""
     cores = os.cpu_count() or 1
-    peak = max(float(load.split()[0]) for load in loads)
+    peak = max(float(value) for load in loads for value in load.split())
     if peak <= cores:
         return []
     return [
@@ -355,8 +355,9 @@ def report(record: dict[str, Any]) -> str:
         "`enqueue()` inside; `--tx-pairs` pairs per round.",
         f"- Physical limit: the rows our `enqueue_many` wrote for {options.jobs:,} jobs, "
         "copied out "
-        "and back in with `COPY ... FROM STDIN` through `psql` (server-side time from "
-        "`\\timing`), into the same table with its indexes and NOTIFY trigger.",
+        "and back in with `COPY ... FROM STDIN` through `psql` (the COPY's elapsed time "
+        "as `\\timing` reports it, without psql's start-up and connection), into the "
+        "same table with its indexes and NOTIFY trigger.",
         "",
     ]
     return "\n".join(lines)
@@ -406,6 +407,7 @@ def main() -> None:
         [os.path.relpath(sys.executable, ROOT), "benchmarks/peers.py", *sys.argv[1:]]
     )
     loads = [load_average()]
+    began = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     passed = [arg for arg in sys.argv[1:] if arg != "--skip-install"]
     results: list[dict[str, Any]] = []
     for name in names:
@@ -424,7 +426,7 @@ def main() -> None:
         results.append(result)
     loads.append(load_average())
     record = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": f"{began} to {datetime.now(UTC).strftime('%H:%M UTC')}",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}",
         "command": command,
