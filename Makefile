@@ -13,7 +13,7 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties soak-schedules clean
+.PHONY: help venv demo-venv demo test test-quick lint docs databases bench bench-peers soak soak-properties soak-schedules clean
 .PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check soak-workflows axe
 
 help:
@@ -24,6 +24,7 @@ help:
 	@echo "make release-check  build the sdist and wheel, check them, run the smoke suite on the installed wheel"
 	@echo "make docs        build the documentation site into var/docs-html and run its samples"
 	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
+	@echo "make bench-peers ours beside five other queues (writes benchmarks/peers.md)"
 	@echo "make soak        long runs on every database (soak-properties, soak-schedules, soak-chaos)"
 
 # Two installs into one virtualenv: the demo needs only Django and the package;
@@ -97,6 +98,11 @@ docs: venv
 bench: venv databases
 	$(PY) -m pip install -q mysqlclient
 	$(PY) benchmarks/run.py --db sqlite,postgres,mysql
+
+# Ours beside pgqueuer, Oban, procrastinate, django-tasks-db and Huey on Redis (writes
+# benchmarks/peers.md); the peers go into var/peers-venv, never into the project's venv.
+bench-peers: venv databases
+	$(PY) benchmarks/peers.py
 
 # The long profile of the schedule test: a real one-minute schedule for 3.5 minutes
 # across four worker processes (one killed and replaced), on each database; CI runs a

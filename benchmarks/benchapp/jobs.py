@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks.peerkit.stamp import stamp as stamp_start
 from django_arcature import job
 
 
@@ -21,3 +22,9 @@ def stamp() -> float:
 @job(name="bench.batch_done")
 def batch_done(batch_id: str) -> None:
     """A batch's callback that does nothing, like ``noop``."""
+
+
+@job(name="bench.peer_noop")
+def peer_noop(key: int) -> None:
+    """benchmarks/peers.py's job: stamps its start (as every queue's there does), no more."""
+    stamp_start(key)
