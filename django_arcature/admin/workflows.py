@@ -21,8 +21,13 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.http import HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -300,7 +305,8 @@ class RunAdminMixin:
                 name="{}_{}_resume".format(*info),
             ),
         ]
-        return own + super().get_urls()  # type: ignore[misc]
+        urls: list[URLPattern] = super().get_urls()  # type: ignore[misc]
+        return own + urls
 
     def _run(self, request: HttpRequest, object_id: str) -> Any:
         try:
@@ -313,9 +319,7 @@ class RunAdminMixin:
         return Job.objects.db
 
     def _page_url(self, run: Any) -> str:
-        return reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[run.pk]
-        )
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[run.pk])
 
     def _buttons(self, request: HttpRequest, run: Any, live: int, dead: int) -> dict[str, str]:
         """The forms the page shows: permitted and fitting the run now."""
@@ -350,9 +354,7 @@ class RunAdminMixin:
             **self.detail_context(request, run),
             **(extra_context or {}),
         }
-        return TemplateResponse(
-            request, f"django_arcature/admin/{self.kind}_detail.html", context
-        )
+        return TemplateResponse(request, f"django_arcature/admin/{self.kind}_detail.html", context)
 
     def detail_context(self, request: HttpRequest, run: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -385,8 +387,11 @@ class RunAdminMixin:
             return HttpResponseRedirect(self._page_url(run))
         reason = " ".join(request.POST.get("reason", "").split())[:REASON_MAX_LENGTH]
         changed = self.cancel(run, reason)
-        self._log(request, run, _("Cancelled: %(reason)s") % {"reason": reason} if reason else
-                  str(CANCEL.label))
+        self._log(
+            request,
+            run,
+            _("Cancelled: %(reason)s") % {"reason": reason} if reason else str(CANCEL.label),
+        )
         logger.info(
             "cancel %s %s: %s cancelled %d job(s)",
             self.kind,

@@ -7,6 +7,7 @@ transaction (or one of its own).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from django_arcature.workflows.models import BatchRun, WorkflowRun
 
     from .operations import OperatorWrites
+
+logger = logging.getLogger(__name__)
 
 #: What a cancel of a workflow or a batch stops.
 _STOPPABLE = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
@@ -198,7 +201,7 @@ class WorkflowWrites(JobWriter):
                     .filter(workflow_id=workflow_id)
                     .values("job_id")
                 )
-                rows = self._cancel_where(reason, id__in=node_ids)
+                rows = len(self._cancel_where(reason, id__in=node_ids))
                 run = m.WorkflowRun.objects.using(self.db).filter(id=workflow_id)
                 run.update(live_key=None)
                 run.filter(cancelled_at__isnull=True).update(cancelled_at=DatabaseNow())
@@ -206,7 +209,12 @@ class WorkflowWrites(JobWriter):
 
         return _retry_on_lock_conflict(self.db, operation)
 
-    def _cancel_where(self, reason: str = "", **where: Any) -> int:
+    def _cancel_where(self, reason: str = "", **where: Any) -> list[uuid.UUID]:
+        """Cancel the stoppable jobs ``where`` selects: the ids actually cancelled.
+
+        They are locked first, so the ids returned are exactly the rows changed: a
+        completion that landed meanwhile is not among them (and is counted once, by it).
+        """
         ids = list(
             self.using(self.db)
             .filter(status__in=_STOPPABLE, **where)
@@ -215,7 +223,7 @@ class WorkflowWrites(JobWriter):
             .values_list("id", flat=True)
         )
         if not ids:
-            return 0
+            return []
         rows = (
             self.using(self.db)
             .filter(id__in=ids, status__in=_STOPPABLE)
@@ -233,7 +241,9 @@ class WorkflowWrites(JobWriter):
             lambda: [signals.job_cancelled.send(sender=model, job_id=job_id) for job_id in ids],
             using=self.db,
         )
-        return rows
+        if rows != len(ids):  # the ids are locked: only a broken lock gets here
+            logger.warning("cancel: %d of %d locked jobs changed", rows, len(ids))
+        return ids
 
     # --- batches --------------------------------------------------------------------
 
@@ -325,17 +335,14 @@ class WorkflowWrites(JobWriter):
                 member_ids = (
                     m.WorkflowNode.objects.using(self.db).filter(batch_id=batch_id).values("job_id")
                 )
-                live = list(
-                    self.using(self.db)
-                    .filter(id__in=member_ids, status__in=_STOPPABLE)
-                    .values_list("id", flat=True)
-                )
                 batch = m.BatchRun.objects.using(self.db).filter(id=batch_id)
                 batch.update(closed=True)
                 batch.filter(cancelled_at__isnull=True).update(cancelled_at=DatabaseNow())
-                rows = self._cancel_where(reason, id__in=live)
-                count_members(self.db, self.model, dict.fromkeys(live, (batch_id, CANCELLED)))
-                return rows
+                # Only the members this transaction cancelled are counted as cancelled: a
+                # member whose completion landed between a read and the lock counted itself.
+                cancelled = self._cancel_where(reason, id__in=member_ids)
+                count_members(self.db, self.model, dict.fromkeys(cancelled, (batch_id, CANCELLED)))
+                return len(cancelled)
 
         return _retry_on_lock_conflict(self.db, operation)
 

@@ -8,8 +8,11 @@ not) have changed.
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +24,7 @@ from django.urls import reverse
 
 from django_arcature import Batch, Workflow
 from django_arcature.admin.workflow_graph import longest_path_layers
-from django_arcature.models import Job, JobStatus
+from django_arcature.models import Job
 from django_arcature.transitions import ClaimTransition
 from django_arcature.workflows.build import Node
 from django_arcature.workflows.models import BatchRun, WorkflowRun
@@ -118,15 +121,19 @@ def test_the_workflow_page_draws_every_node_with_its_state_and_job_link() -> Non
     # State as text in each box, not colour only; d was cancelled by b's death.
     states = re.findall(r'class="arcature-node-state">([^<]*)<', svg)
     assert sorted(states) == sorted(["succeeded", "dead", "pending", "cancelled"])
-    assert status(c.job_id) == "pending" and status(d.job_id) == "cancelled"
+    assert status(c.job_id) == "pending"
+    assert status(d.job_id) == "cancelled"
     # Layers: a in the first column, b and c in the second, d in the third.
     xs = {
         m.group(1): int(m.group(2))
-        for m in re.finditer(r'data-job="([0-9a-f-]+)">\s*<title>[^<]*</title>\s*<rect x="(\d+)"', svg)
+        for m in re.finditer(
+            r'data-job="([0-9a-f-]+)">\s*<title>[^<]*</title>\s*<rect x="(\d+)"', svg
+        )
     }
     assert xs[str(a.job_id)] < xs[str(b.job_id)] == xs[str(c.job_id)] < xs[str(d.job_id)]
     assert svg.count('class="arcature-edge ') == 4
-    assert 'role="group"' in svg and "<title id=\"arcature-graph-title\">" in svg
+    assert 'role="group"' in svg
+    assert '<title id="arcature-graph-title">' in svg
     counts = dict(re.findall(r'data-status="(\w+)">(?:<a[^>]*>)?(\d+)', html))
     assert counts == {
         "waiting": "0",
@@ -179,7 +186,9 @@ def queries_for(client: Client, url: str) -> int:
 def test_the_workflow_page_query_count_does_not_grow_with_its_nodes() -> None:
     client = operator("view_job")
     small, medium, large = big_workflow(3), big_workflow(600), big_workflow(1_500)
-    assert small.run is not None and medium.run is not None and large.run is not None
+    assert small.run is not None
+    assert medium.run is not None
+    assert large.run is not None
     few = queries_for(client, page_url(small.run))
     more = queries_for(client, page_url(medium.run))
     many = queries_for(client, page_url(large.run))
@@ -339,51 +348,49 @@ def test_a_completion_after_cancel_is_fenced_out_and_releases_nothing() -> None:
     assert Job.objects.filter(status__in=["pending", "waiting"]).count() == 0
 
 
+def together(*calls: Callable[[], Any]) -> list[Any]:
+    """Run the calls at the same instant, each on its own thread (and connection)."""
+    from django.db import connections
+
+    start = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            start.wait()
+            results[index] = calls[index]()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
 def test_admin_cancel_racing_a_worker_completing_ends_one_way_or_the_other(vendor: str) -> None:
     """Both at once on two connections: the completion lands and releases, then is cancelled,
     or it is fenced out; either way nothing is left to run and nothing was released twice."""
-    import threading
-
     if vendor == "sqlite":
         pytest.skip("SQLite runs one writer at a time: the two sequential orders are tested above")
-    from django.db import connections
-
-    outcomes: list[tuple[str, Any]] = []
-    for _round in range(6):
-        flow, (a, b, c, d) = diamond(f"race {_round}")
+    for round_ in range(6):
+        flow, (a, b, c, d) = diamond(f"race {round_}")
         assert flow.run is not None
         token = claim(a.job_id)
-        start = threading.Barrier(2)
-        results: dict[str, Any] = {}
-
-        def complete(job_id: uuid.UUID = a.job_id, token: uuid.UUID = token) -> None:
-            try:
-                start.wait()
-                results["completion"] = Job.objects.mark_succeeded(job_id, token, "x")
-            finally:
-                connections.close_all()
-
-        def cancel(run_id: uuid.UUID = flow.run.id) -> None:
-            try:
-                start.wait()
-                results["cancel"] = Job.objects.cancel_workflow(run_id)
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=complete), threading.Thread(target=cancel)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        completion, cancelled = together(
+            functools.partial(Job.objects.mark_succeeded, a.job_id, token, "x"),
+            functools.partial(Job.objects.cancel_workflow, flow.run.id),
+        )
         states = [status(n.job_id) for n in (a, b, c, d)]
-        if results["completion"] is ClaimTransition.UPDATED:
+        if completion is ClaimTransition.UPDATED:
             assert states == ["succeeded", "cancelled", "cancelled", "cancelled"]
-            assert results["cancel"] == 3
+            assert cancelled == 3
         else:
-            assert results["completion"] is ClaimTransition.LOST
+            assert completion is ClaimTransition.LOST
             assert states == ["cancelled"] * 4
-            assert results["cancel"] == 4
-        outcomes.append((str(results["completion"]), results["cancel"]))
+            assert cancelled == 4
     assert Job.objects.filter(status__in=["pending", "waiting", "running"]).count() == 0
 
 
@@ -399,7 +406,8 @@ def make_batch(n: int, name: str = "import") -> Batch:
 
 def test_the_batch_page_shows_progress_from_the_counters_and_links_callbacks() -> None:
     batch = make_batch(4)
-    assert batch.run is not None and batch.id is not None
+    assert batch.run is not None
+    assert batch.id is not None
     members = list(Job.objects.filter(task_name="wf.step").values_list("id", flat=True))
     succeed(members[0])
     succeed(members[1])
@@ -407,8 +415,10 @@ def test_the_batch_page_shows_progress_from_the_counters_and_links_callbacks() -
     client = operator("view_job")
     html = client.get(page_url(batch.run)).content.decode()
     progress = re.search(r'<progress id="arcature-progress"[^>]*>', html).group(0)  # type: ignore[union-attr]
-    assert 'max="4"' in progress and 'value="3"' in progress
-    assert 'data-dead="1"' in progress and 'data-pending="1"' in progress
+    assert 'max="4"' in progress
+    assert 'value="3"' in progress
+    assert 'data-dead="1"' in progress
+    assert 'data-pending="1"' in progress
     assert "3 of 4 finished (75%)" in html
     assert "not yet: it is enqueued when the last member finishes" in html
     succeed(members[3])
@@ -422,14 +432,18 @@ def test_the_batch_page_shows_progress_from_the_counters_and_links_callbacks() -
 def test_the_batch_page_reads_counters_not_members() -> None:
     client = operator("view_job")
     small, large = make_batch(2, "small"), make_batch(600, "large")
-    assert small.run is not None and large.run is not None
+    assert small.run is not None
+    assert large.run is not None
     assert queries_for(client, page_url(small.run)) == queries_for(client, page_url(large.run))
 
 
 def test_batch_cancel_and_resume() -> None:
     batch = make_batch(3)
-    assert batch.run is not None and batch.id is not None
-    members = list(Job.objects.filter(task_name="wf.step").order_by("id").values_list("id", flat=True))
+    assert batch.run is not None
+    assert batch.id is not None
+    members = list(
+        Job.objects.filter(task_name="wf.step").order_by("id").values_list("id", flat=True)
+    )
     die(members[0])
     client = full()
     resumed = client.post(button_url(batch.run, "resume"), follow=True)
@@ -449,41 +463,93 @@ def test_batch_cancel_and_resume() -> None:
 
 
 def test_batch_cancel_racing_member_completions_counts_each_member_once(vendor: str) -> None:
-    import threading
-
+    """Members completing while an operator cancels the batch: each member is counted once,
+    as what it ended as, and the callbacks fire once if the batch finished first, else never."""
     if vendor == "sqlite":
         pytest.skip("SQLite runs one writer at a time")
-    from django.db import connections
+    for round_ in range(4):
+        batch = make_batch(6, f"race {round_}")
+        assert batch.id is not None
+        members = list(
+            Job.objects.filter(status="pending", task_name="wf.step").values_list("id", flat=True)
+        )
+        calls: list[Callable[[], Any]] = [
+            functools.partial(Job.objects.mark_succeeded, job_id, claim(job_id), "x")
+            for job_id in members
+        ]
+        calls.append(functools.partial(Job.objects.cancel_batch, batch.id))
+        together(*calls)
+        counts = batch.counts()
+        succeeded = Job.objects.filter(id__in=members, status="succeeded").count()
+        cancelled = Job.objects.filter(id__in=members, status="cancelled").count()
+        assert (counts["succeeded"], counts["cancelled"]) == (succeeded, cancelled), counts
+        assert succeeded + cancelled == 6
+        assert counts["pending"] == 0
+        callbacks = Job.objects.filter(task_name="wf.batch_done", payload__args=[str(batch.id)])
+        assert callbacks.count() == (2 if cancelled == 0 else 0)
 
-    batch = make_batch(6)
-    assert batch.id is not None
-    members = list(Job.objects.filter(task_name="wf.step").values_list("id", flat=True))
-    tokens = {job_id: claim(job_id) for job_id in members}
-    start = threading.Barrier(len(members) + 1)
 
-    def complete(job_id: uuid.UUID) -> None:
-        try:
-            start.wait()
-            Job.objects.mark_succeeded(job_id, tokens[job_id], "x")
-        finally:
-            connections.close_all()
+# --- escaping ----------------------------------------------------------------------------
 
-    def cancel() -> None:
-        try:
-            start.wait()
-            Job.objects.cancel_batch(batch.id)  # type: ignore[arg-type]
-        finally:
-            connections.close_all()
+SCRIPT = "<script>window.__pwned=1</script>"
+BREAKOUT = '"><svg onload="window.__pwned=2">'
+HOSTILE = f"{SCRIPT}{BREAKOUT}"
 
-    threads = [threading.Thread(target=complete, args=(j,)) for j in members]
-    threads.append(threading.Thread(target=cancel))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    counts = batch.counts()
-    by_status = {s: Job.objects.filter(id__in=members, status=s).count() for s in JobStatus}
-    assert counts["succeeded"] == by_status["succeeded"]
-    assert counts["cancelled"] == by_status["cancelled"]
-    assert counts["succeeded"] + counts["cancelled"] == 6 and counts["pending"] == 0
-    assert not Job.objects.filter(task_name="wf.batch_done").exists()
+
+def hostile_workflow() -> tuple[Workflow, list[Node]]:
+    """A workflow whose every user-given text is hostile (task and node names set directly:
+    test data, as a renamed task's rows would hold whatever name they were given)."""
+    from django_arcature.workflows.models import WorkflowNode
+
+    flow, nodes = diamond(name=f"wf {HOSTILE}"[:200], key=f"key {HOSTILE}")
+    for i, node in enumerate(nodes):
+        WorkflowNode.objects.filter(job_id=node.job_id).update(name=f"n{i} {HOSTILE}")
+    Job.objects.filter(pk__in=[n.job_id for n in nodes]).update(task_name=f"task {HOSTILE}")
+    return flow, nodes
+
+
+def assert_escaped(html: str) -> None:
+    assert SCRIPT not in html
+    assert BREAKOUT not in html
+    assert "onload=" not in html.replace("onload=&quot;", "")
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+    assert "&quot;&gt;&lt;svg onload=&quot;window.__pwned=2&quot;&gt;" in html
+
+
+def test_user_text_is_escaped_in_the_page_and_inside_the_svg() -> None:
+    flow, (a, b, *_rest) = hostile_workflow()
+    assert flow.run is not None
+    succeed(a.job_id)
+    client = full()
+    client.post(button_url(flow.run, "cancel"), {"reason": f"reason {HOSTILE}"})
+    html = client.get(page_url(flow.run)).content.decode()
+    assert_escaped(html)
+    start = html.index('<svg id="arcature-workflow-graph"')
+    svg = html[start : html.index("</svg>", start)]
+    texts = re.findall(r'<text x="\d+" y="\d+" class="arcature-node-name">([^<]*)</text>', svg)
+    assert any("&lt;script&gt;" in text for text in texts), texts
+    titles = re.findall(r"<title>([^<]*)</title>", svg)
+    assert any("task task &lt;script&gt;" in title for title in titles), titles
+    assert "reason &lt;script&gt;" in html  # the cancel reason, in the node table
+    assert "reason " + SCRIPT in Job.objects.get(pk=b.job_id).last_error  # stored as given
+    listing = client.get(reverse("admin:django_arcature_workflowrun_changelist")).content.decode()
+    assert_escaped(listing)
+    history = reverse("admin:django_arcature_workflowrun_history", args=[flow.run.pk])
+    assert_escaped(client.get(history).content.decode())
+
+
+def test_batch_text_is_escaped() -> None:
+    batch = Batch(on_finish=wf.batch_done, name=f"b {HOSTILE}")
+    member = batch.add(wf.step, "x")
+    batch.enqueue()
+    assert batch.run is not None
+    Job.objects.filter(pk=member).update(task_name=f"task {HOSTILE}")
+    BatchRun.objects.filter(pk=batch.run.pk).update(on_finish=f"cb {HOSTILE}")
+    client = full()
+    client.post(button_url(batch.run, "cancel"), {"reason": f"reason {HOSTILE}"})
+    html = client.get(page_url(batch.run)).content.decode()
+    assert_escaped(html)
+    assert "cb &lt;script&gt;" in html
+    assert_escaped(
+        client.get(reverse("admin:django_arcature_batchrun_changelist")).content.decode()
+    )
