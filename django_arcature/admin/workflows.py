@@ -93,6 +93,7 @@ class Page:
     previous_url: str
     next_url: str
     status: str
+    status_label: str
     pages: int
 
 
@@ -176,6 +177,7 @@ def node_page(
         previous_url=link(number - 1) if number > 1 else "",
         next_url=link(number + 1) if number < pages else "",
         status=status,
+        status_label=_status_label(status) if status else "",
         pages=pages,
     )
 
@@ -351,6 +353,7 @@ class RunAdminMixin:
             "original": run,
             "run": run,
             "has_view_permission": True,
+            "body_class": f"app-{self.opts.app_label} model-{self.opts.model_name} arcature-run",
             **self.detail_context(request, run),
             **(extra_context or {}),
         }
