@@ -40,6 +40,7 @@ from django_arcature.models import Job, JobStatus
 from django_arcature.workflows.models import BatchRun, WorkflowEdge, WorkflowNode, WorkflowRun
 
 from .actions import CANCEL, REQUEUE, Operation, refusal_message
+from .lists import EstimatedCountPaginator
 from .workflow_graph import Graph, NodeInfo, build_graph, choose
 
 if TYPE_CHECKING:
@@ -121,9 +122,17 @@ def status_counts(using: str, members: QuerySet[WorkflowNode]) -> list[dict[str,
 
 
 def node_page(
-    request: HttpRequest, using: str, members: QuerySet[WorkflowNode], counts: list[dict[str, Any]]
+    request: HttpRequest,
+    using: str,
+    members: QuerySet[WorkflowNode],
+    counts: list[dict[str, Any]],
+    ordering: tuple[str, ...] = ("name", "job_id"),
 ) -> Page:
-    """One page of nodes (by name, then id), optionally of one state: two queries."""
+    """One page of nodes, optionally of one state: two queries.
+
+    A workflow's nodes are paged by name (its unique index); a batch's members,
+    which all share their task's name, by job id.
+    """
     status = request.GET.get("status", "")
     if status not in STATUS_ORDER:
         status = ""
@@ -140,7 +149,7 @@ def node_page(
     start = (number - 1) * NODES_PER_PAGE
     nodes = list(
         members.using(using)
-        .order_by("name", "job_id")
+        .order_by(*ordering)
         .values_list("job_id", "name")[start : start + NODES_PER_PAGE]
     )
     jobs = {
@@ -487,6 +496,8 @@ class WorkflowRunAdmin(RunAdminMixin, _WorkflowAdmin):
     """Every workflow, newest first; a workflow's page draws its graph."""
 
     kind = "workflow"
+    #: Their number grows with use (a workflow per order, say): no full count.
+    paginator = EstimatedCountPaginator
     list_display = ("name", "key", "node_count", "created_at", "cancelled")
     list_display_links = ("name",)
     search_fields = ("name", "key")
@@ -540,6 +551,8 @@ class BatchRunAdmin(RunAdminMixin, _BatchAdmin):
     """Every batch, newest first; a batch's page shows its progress and its callbacks."""
 
     kind = "batch"
+    #: Their number grows with use (a workflow per order, say): no full count.
+    paginator = EstimatedCountPaginator
     list_display = ("__str__", "total", "closed", "fired", "created_at", "cancelled")
     search_fields = ("name",)
     search_help_text = gettext_lazy("Search by batch name or id.")
@@ -583,7 +596,7 @@ class BatchRunAdmin(RunAdminMixin, _BatchAdmin):
             for status in (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
         ]
         unfinished = {"status": "", "label": _("not finished"), "count": counts["pending"]}
-        page = node_page(request, using, members, [*table_counts, unfinished])
+        page = node_page(request, using, members, [*table_counts, unfinished], ("job_id",))
         return {
             "title": _("Batch %(name)s") % {"name": str(run)},
             "counts": counts,
