@@ -394,6 +394,30 @@ def test_admin_cancel_racing_a_worker_completing_ends_one_way_or_the_other(vendo
     assert Job.objects.filter(status__in=["pending", "waiting", "running"]).count() == 0
 
 
+def test_two_resumes_at_the_same_instant_requeue_once(vendor: str) -> None:
+    """A double click that reaches two web processes: the workflow's row lock queues the
+    second resume behind the first, which then finds nothing dead."""
+    if vendor == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: the sequential double click is tested")
+    for round_ in range(4):
+        flow, (a, b, c, d) = diamond(f"resume race {round_}")
+        assert flow.run is not None
+        succeed(a.job_id)
+        die(b.job_id)
+        first, second = together(
+            functools.partial(Job.objects.resume_workflow, flow.run.id),
+            functools.partial(Job.objects.resume_workflow, flow.run.id),
+        )
+        assert sorted([first.requeued, second.requeued]) == [0, 1]
+        assert first.refused == second.refused == 0
+        assert (status(b.job_id), status(c.job_id), status(d.job_id)) == (
+            "pending",
+            "pending",
+            "waiting",
+        )
+        assert Job.objects.get(pk=b.job_id).attempts == 0
+
+
 # --- batches -----------------------------------------------------------------------------
 
 
