@@ -103,6 +103,7 @@ def node_page(
     members: QuerySet[WorkflowNode],
     counts: list[dict[str, Any]],
     ordering: tuple[str, ...] = ("name", "job_id"),
+    everything: int | None = None,
 ) -> Page:
     """One page of nodes, optionally of one state: two queries.
 
@@ -112,7 +113,10 @@ def node_page(
     status = request.GET.get("status", "")
     if status not in STATUS_ORDER:
         status = ""
-    total = sum(c["count"] for c in counts if not status or c["status"] == status)
+    if not status and everything is not None:
+        total = everything  # nodes whose job was pruned are still listed
+    else:
+        total = sum(c["count"] for c in counts if not status or c["status"] == status)
     pages = max(1, -(-total // NODES_PER_PAGE))
     try:
         number = min(max(int(request.GET.get("page", "1")), 1), pages)

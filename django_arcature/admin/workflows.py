@@ -307,7 +307,7 @@ class WorkflowRunAdmin(RunAdminMixin, _WorkflowAdmin):
             "title": _("Workflow %(name)s") % {"name": run.name},
             "counts": counts,
             "graph": workflow_graph(using, run),
-            "page": node_page(request, using, members, counts),
+            "page": node_page(request, using, members, counts, everything=run.node_count),
             "buttons": self._buttons(request, run, live, by_status[JobStatus.DEAD]),
             "changelist_url": reverse("admin:django_arcature_workflowrun_changelist"),
         }
@@ -384,7 +384,9 @@ class BatchRunAdmin(RunAdminMixin, _BatchAdmin):
             for status in (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
         ]
         unfinished = {"status": "", "label": _("not finished"), "count": counts["pending"]}
-        page = node_page(request, using, members, [*table_counts, unfinished], ("job_id",))
+        page = node_page(
+            request, using, members, [*table_counts, unfinished], ("job_id",), counts["total"]
+        )
         return {
             "title": _("Batch %(name)s") % {"name": str(run)},
             "counts": counts,

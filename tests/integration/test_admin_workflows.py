@@ -13,6 +13,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -145,6 +146,20 @@ def test_the_workflow_page_draws_every_node_with_its_state_and_job_link() -> Non
     }
     table = html[html.index('id="arcature-node-table"') :]
     assert table.count("<tr data-job=") == 4
+
+
+def test_a_node_whose_job_was_pruned_still_shows() -> None:
+    """No foreign key holds a node's job: prune may delete it, and the page says so."""
+    flow, (a, b, _c, _d) = diamond()
+    assert flow.run is not None
+    succeed(a.job_id)
+    assert Job.objects.prune(timedelta(seconds=-60), statuses=["succeeded"]) == 1
+    html = operator("view_job").get(page_url(flow.run)).content.decode()
+    row = re.search(rf'<tr data-job="{a.job_id}">.*?</tr>', html, re.S)
+    assert row is not None
+    assert "pruned" in row.group(0)
+    assert 'class="arcature-node arcature-node-pruned"' in html
+    assert str(b.job_id) in html
 
 
 def test_the_workflow_list_needs_the_permission_to_view_jobs() -> None:
