@@ -395,10 +395,13 @@ class WorkflowWrites(JobWriter):
                     .values_list("id", flat=True)
                 )
                 writer = cast("OperatorWrites", self)
+                refused = 0
                 for job_id in dead:
                     if writer._requeue_dead_here(job_id):
                         requeued.append(job_id)
-                return Resumed(requeued=len(requeued), refused=len(dead) - len(requeued))
+                    elif self.using(self.db).filter(id=job_id, status=JobStatus.DEAD).exists():
+                        refused += 1  # still dead: a live job holds its unique key
+                return Resumed(requeued=len(requeued), refused=refused)
 
         result = _retry_on_lock_conflict(self.db, operation)
         model = self.model

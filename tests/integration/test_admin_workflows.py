@@ -272,6 +272,23 @@ def test_resume_requeues_dead_nodes_and_a_second_click_is_a_no_op() -> None:
     assert status(d.job_id) == "pending"  # released once, by the last upstream
 
 
+def test_resume_leaves_dead_a_node_whose_unique_key_a_live_job_holds() -> None:
+    flow = Workflow("unique")
+    node = flow.add("tests.unique_echo", "v")
+    after = flow.add(wf.step, "after", after=[node])
+    flow.enqueue()
+    assert flow.run is not None
+    die(node.job_id)
+    assert status(after.job_id) == "cancelled"
+    holder = Job.objects.enqueue("tests.unique_echo", args=["v"])  # the same work, live
+    response = full().post(button_url(flow.run, "resume"), follow=True)
+    assert "1 dead job stays dead: a live job holds its unique key." in " ".join(
+        messages_of(response)
+    )
+    assert (status(node.job_id), status(after.job_id)) == ("dead", "cancelled")
+    assert status(holder.pk) == "pending"
+
+
 def test_a_cancelled_workflow_is_not_resumed() -> None:
     flow, (a, b, _c, _d) = diamond()
     assert flow.run is not None
