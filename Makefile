@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
 .PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties soak-schedules clean
-.PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check soak-workflows
+.PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check soak-workflows axe
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -52,6 +52,11 @@ demo: demo-venv
 databases:
 	$(SUDO) bash scripts/start-databases.sh
 
+# axe-core, pinned in tests/browser/axe/, for the accessibility test of the admin pages
+# (tests/browser/test_admin_accessibility.py); in CI a missing npm fails here.
+axe:
+	bash scripts/install-axe.sh
+
 # The matrix runs two environments at a time (the `docs` environment builds the
 # documentation site with warnings as errors and runs its code samples). The test
 # that restarts PostgreSQL under a running worker restarts the *system* server,
@@ -59,7 +64,7 @@ databases:
 # asked with ARCATURE_RESTART_DATABASE=1.
 RESTART_DATABASE := $(if $(filter true 1 yes,$(CI))$(filter 1,$(ARCATURE_RESTART_DATABASE)),1,)
 
-test: venv databases
+test: venv databases axe
 	rm -rf var/junit
 	export PATH="$$(scripts/python-path.sh):$$PATH"; \
 	  $(VENV)/bin/tox run-parallel --parallel 2 --parallel-no-spinner $(TOX_ARGS); status=$$?; \
@@ -72,7 +77,7 @@ test: venv databases
 	  bash scripts/release-check.sh || status=1; \
 	  $(PY) scripts/test-summary.py var/junit || status=1; exit $$status
 
-test-quick: venv
+test-quick: venv axe
 	ARCATURE_TEST_DB=sqlite $(PY) -m pytest -q
 
 lint: venv

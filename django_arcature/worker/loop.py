@@ -510,7 +510,10 @@ class Worker(HandlerThreads):
         if not batch:
             return
         if not self._hold_written_off(batch):
-            return  # kept; the holds and then the write are tried again
+            # Kept; the holds and then the write are tried again. Counted as a failed
+            # write: nothing of the batch lands until the hold does.
+            self._note_flush_failure()
+            return
         if self._flush_failures >= FLUSH_SHRINK_TRIES:
             batch = [self._shrunk(done) for done in batch]
             self._finished = batch
