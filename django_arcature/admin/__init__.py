@@ -463,3 +463,11 @@ from .schedules import ScheduleAdmin  # noqa: E402
 
 admin.site.register(Schedule, ScheduleAdmin)
 admin.site.register(QueueState, QueueStateAdmin)
+
+# Workflows and batches: their pages live in admin/workflows.py.
+from django_arcature.workflows.models import BatchRun, WorkflowRun  # noqa: E402
+
+from .workflows import BatchRunAdmin, WorkflowRunAdmin  # noqa: E402
+
+admin.site.register(WorkflowRun, WorkflowRunAdmin)
+admin.site.register(BatchRun, BatchRunAdmin)

@@ -106,29 +106,34 @@ class OperatorWrites(JobWriter):
 
         def operation() -> int:
             with transaction.atomic(using=self.db):
-                dead = self.using(self.db).filter(id=job_id, status=JobStatus.DEAD)
-                found = dead.select_for_update().values_list("task_name", "payload", "backend")
-                row = found.first()
-                if row is None:
-                    return 0
-                fields = _new_life_fields()
-                key = restorable_unique_key(*row)
-                if key is None:
-                    rows = dead.update(**fields)
-                else:
-                    try:
-                        with transaction.atomic(using=self.db):
-                            rows = dead.update(**fields, unique_key=key)
-                    except IntegrityError:  # a live job holds the key
-                        return 0
-                if rows:  # workflow hook: the nodes its death cancelled come back
-                    resume(self.db, self.model, job_id)
-                return rows
+                return self._requeue_dead_here(job_id)
 
         rows = retry_on_lock_conflict(self.db, operation)
         if rows:
             signals.job_requeued.send(sender=self.model, job_id=job_id)
         return rows
+
+    def _requeue_dead_here(self, job_id: uuid.UUID) -> int:
+        """``requeue_dead``'s writes, in the caller's transaction (no signal sent)."""
+        with transaction.atomic(using=self.db):
+            dead = self.using(self.db).filter(id=job_id, status=JobStatus.DEAD)
+            found = dead.select_for_update().values_list("task_name", "payload", "backend")
+            row = found.first()
+            if row is None:
+                return 0
+            fields = _new_life_fields()
+            key = restorable_unique_key(*row)
+            if key is None:
+                rows = dead.update(**fields)
+            else:
+                try:
+                    with transaction.atomic(using=self.db):
+                        rows = dead.update(**fields, unique_key=key)
+                except IntegrityError:  # a live job holds the key
+                    return 0
+            if rows:  # workflow hook: the nodes its death cancelled come back
+                resume(self.db, self.model, job_id)
+            return int(rows)
 
     def run_now(self, job_id: uuid.UUID) -> int:
         """Make a scheduled pending job available at once."""

@@ -7,6 +7,7 @@ transaction (or one of its own).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from .enqueue import EnqueueWrites
 if TYPE_CHECKING:
     from django_arcature.models import Job
     from django_arcature.workflows.models import BatchRun, WorkflowRun
+
+    from .operations import OperatorWrites
+
+logger = logging.getLogger(__name__)
 
 #: What a cancel of a workflow or a batch stops.
 _STOPPABLE = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
@@ -179,11 +184,13 @@ class WorkflowWrites(JobWriter):
             inserted.extend(rows)
         return inserted
 
-    def cancel_workflow(self, workflow_id: uuid.UUID) -> int:
+    def cancel_workflow(self, workflow_id: uuid.UUID, *, reason: str = "") -> int:
         """Cancel every waiting, pending and running node; running ones are fenced out.
 
         A running node's worker sees the claim lost at its next heartbeat
         (``current_job().cancel_requested``). Returns how many jobs were cancelled.
+        ``reason`` (an operator's words) is added to each cancelled node's error;
+        a second cancel keeps the first one's time.
         """
         m = _models()
 
@@ -194,15 +201,20 @@ class WorkflowWrites(JobWriter):
                     .filter(workflow_id=workflow_id)
                     .values("job_id")
                 )
-                rows = self._cancel_where(id__in=node_ids)
-                m.WorkflowRun.objects.using(self.db).filter(id=workflow_id).update(
-                    live_key=None, cancelled_at=DatabaseNow()
-                )
+                rows = len(self._cancel_where(reason, id__in=node_ids))
+                run = m.WorkflowRun.objects.using(self.db).filter(id=workflow_id)
+                run.update(live_key=None)
+                run.filter(cancelled_at__isnull=True).update(cancelled_at=DatabaseNow())
                 return rows
 
         return _retry_on_lock_conflict(self.db, operation)
 
-    def _cancel_where(self, **where: Any) -> int:
+    def _cancel_where(self, reason: str = "", **where: Any) -> list[uuid.UUID]:
+        """Cancel the stoppable jobs ``where`` selects: the ids actually cancelled.
+
+        They are locked first, so the ids returned are exactly the rows changed: a
+        completion that landed meanwhile is not among them (and is counted once, by it).
+        """
         ids = list(
             self.using(self.db)
             .filter(status__in=_STOPPABLE, **where)
@@ -211,7 +223,7 @@ class WorkflowWrites(JobWriter):
             .values_list("id", flat=True)
         )
         if not ids:
-            return 0
+            return []
         rows = (
             self.using(self.db)
             .filter(id__in=ids, status__in=_STOPPABLE)
@@ -221,7 +233,7 @@ class WorkflowWrites(JobWriter):
                 unique_key=None,
                 lease_expires_at=None,
                 finished_at=DatabaseNow(),
-                last_error="cancelled with its workflow or batch",
+                last_error=cancel_message(reason),
             )
         )
         model = self.model
@@ -229,7 +241,9 @@ class WorkflowWrites(JobWriter):
             lambda: [signals.job_cancelled.send(sender=model, job_id=job_id) for job_id in ids],
             using=self.db,
         )
-        return rows
+        if rows != len(ids):  # the ids are locked: only a broken lock gets here
+            logger.warning("cancel: %d of %d locked jobs changed", rows, len(ids))
+        return ids
 
     # --- batches --------------------------------------------------------------------
 
@@ -308,8 +322,11 @@ class WorkflowWrites(JobWriter):
 
         _retry_on_lock_conflict(self.db, operation)
 
-    def cancel_batch(self, batch_id: uuid.UUID) -> int:
-        """Cancel the batch's unfinished members; a cancelled batch enqueues no callback."""
+    def cancel_batch(self, batch_id: uuid.UUID, *, reason: str = "") -> int:
+        """Cancel the batch's unfinished members; a cancelled batch enqueues no callback.
+
+        ``reason`` as for :meth:`cancel_workflow`; a second cancel keeps the first's time.
+        """
         m = _models()
 
         def operation() -> int:
@@ -318,19 +335,82 @@ class WorkflowWrites(JobWriter):
                 member_ids = (
                     m.WorkflowNode.objects.using(self.db).filter(batch_id=batch_id).values("job_id")
                 )
-                live = list(
-                    self.using(self.db)
-                    .filter(id__in=member_ids, status__in=_STOPPABLE)
-                    .values_list("id", flat=True)
-                )
-                m.BatchRun.objects.using(self.db).filter(id=batch_id).update(
-                    cancelled_at=DatabaseNow(), closed=True
-                )
-                rows = self._cancel_where(id__in=live)
-                count_members(self.db, self.model, dict.fromkeys(live, (batch_id, CANCELLED)))
-                return rows
+                batch = m.BatchRun.objects.using(self.db).filter(id=batch_id)
+                batch.update(closed=True)
+                batch.filter(cancelled_at__isnull=True).update(cancelled_at=DatabaseNow())
+                # Only the members this transaction cancelled are counted as cancelled: a
+                # member whose completion landed between a read and the lock counted itself.
+                cancelled = self._cancel_where(reason, id__in=member_ids)
+                count_members(self.db, self.model, dict.fromkeys(cancelled, (batch_id, CANCELLED)))
+                return len(cancelled)
 
         return _retry_on_lock_conflict(self.db, operation)
+
+    # --- resuming -------------------------------------------------------------------
+
+    def resume_workflow(self, workflow_id: uuid.UUID) -> Resumed:
+        """Requeue every dead node of a workflow in one transaction; their cancelled
+        descendants come back ``waiting`` (see ``requeue_dead``).
+
+        The workflow's row is locked first, so two resumes (a double click) queue up
+        and the second finds nothing dead, and a cancel in flight is waited for: a
+        cancelled workflow is not resumed (``Resumed.cancelled``), as ``requeue_dead``
+        keeps its nodes cancelled too.
+        """
+        m = _models()
+        return self._resume(
+            m.WorkflowRun, workflow_id, m.WorkflowNode.objects.filter(workflow_id=workflow_id)
+        )
+
+    def resume_batch(self, batch_id: uuid.UUID) -> Resumed:
+        """Requeue every dead member of a batch in one transaction (as ``resume_workflow``).
+
+        Each requeued member is taken off its shard's dead count. A batch whose
+        callbacks have fired does not fire them again; a cancelled one is not resumed.
+        """
+        m = _models()
+        return self._resume(m.BatchRun, batch_id, m.WorkflowNode.objects.filter(batch_id=batch_id))
+
+    def _resume(self, run_model: Any, run_id: uuid.UUID, members: Any) -> Resumed:
+        requeued: list[uuid.UUID] = []
+
+        def operation() -> Resumed:
+            requeued.clear()
+            with transaction.atomic(using=self.db):
+                run = (
+                    run_model.objects.using(self.db)
+                    .select_for_update()
+                    .filter(id=run_id)
+                    .values_list("cancelled_at", flat=True)
+                )
+                found = list(run)
+                if not found:
+                    return Resumed(missing=True)
+                if found[0] is not None:
+                    return Resumed(cancelled=True)
+                dead = list(
+                    self.using(self.db)
+                    .filter(id__in=members.using(self.db).values("job_id"), status=JobStatus.DEAD)
+                    .order_by("id")
+                    .values_list("id", flat=True)
+                )
+                writer = cast("OperatorWrites", self)
+                refused = 0
+                for job_id in dead:
+                    if writer._requeue_dead_here(job_id):
+                        requeued.append(job_id)
+                    elif self.using(self.db).filter(id=job_id, status=JobStatus.DEAD).exists():
+                        refused += 1  # still dead: a live job holds its unique key
+                return Resumed(requeued=len(requeued), refused=refused)
+
+        result = _retry_on_lock_conflict(self.db, operation)
+        model = self.model
+        ids = list(requeued)
+        transaction.on_commit(
+            lambda: [signals.job_requeued.send(sender=model, job_id=job_id) for job_id in ids],
+            using=self.db,
+        )
+        return result
 
     # --- progress -------------------------------------------------------------------
 
@@ -357,6 +437,28 @@ class WorkflowWrites(JobWriter):
                 return True
 
         return _retry_on_lock_conflict(self.db, operation)
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a resume did: dead nodes requeued, and those refused (their unique key is
+    held by a live job); or nothing, because the run is cancelled or gone."""
+
+    requeued: int = 0
+    refused: int = 0
+    cancelled: bool = False
+    missing: bool = False
+
+
+#: The most of an operator's reason kept in a cancelled node's error.
+REASON_LIMIT = 1000
+
+
+def cancel_message(reason: str) -> str:
+    """The error a node cancelled with its workflow or batch keeps, with the operator's reason."""
+    text = "cancelled with its workflow or batch"
+    reason = " ".join(str(reason).split())[:REASON_LIMIT]
+    return f"{text}: {reason}" if reason else text
 
 
 def shard_for(job_id: uuid.UUID) -> int:

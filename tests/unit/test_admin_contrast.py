@@ -62,6 +62,23 @@ ON: dict[str, tuple[float, tuple[str, ...]]] = {
     ".arcature-chart .arcature-hatch-stripe": (GRAPHIC, ("--arcature-chart-failed",)),
     ".object-tools .arcature-button:focus-visible": (GRAPHIC, PAGE),
     ".arcature-chart-data summary:focus-visible": (GRAPHIC, PAGE),
+    # The workflow and batch pages (admin/workflows.py): inside a module, on the page.
+    ".arcature-run-actions label": (TEXT, PAGE),
+    ".arcature-run-button": (TEXT, ("self",)),
+    ".arcature-run-button:focus-visible": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-edge": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-arrowhead": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-node rect": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-node:hover rect": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-node:focus rect": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-node-running rect": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-node-dead rect": (GRAPHIC, PAGE),
+    ".arcature-graph .arcature-node-name": (TEXT, PAGE),
+    ".arcature-graph .arcature-node-state": (TEXT, PAGE),
+    ".arcature-graph .arcature-node-dead .arcature-node-state": (TEXT, PAGE),
+    ".arcature-graph .arcature-graph-more": (TEXT, PAGE),
+    ".arcature-graph .arcature-empty": (TEXT, PAGE),
+    ".arcature-progress-label": (TEXT, PAGE),
 }
 #: A button state that sets only a background: the text colour is its base rule's.
 TEXT_FROM = {
@@ -70,10 +87,19 @@ TEXT_FROM = {
     ".object-tools .arcature-button-cancel": ".object-tools .arcature-button",
     ".object-tools .arcature-button-cancel:hover": ".object-tools .arcature-button",
     ".object-tools .arcature-button-cancel:focus": ".object-tools .arcature-button",
+    ".arcature-run-button:hover": ".arcature-run-button",
+    ".arcature-run-button:focus": ".arcature-run-button",
+    ".arcature-run-button.arcature-button-cancel": ".arcature-run-button",
+    ".arcature-run-button.arcature-button-cancel:hover": ".arcature-run-button",
+    ".arcature-run-button.arcature-button-cancel:focus": ".arcature-run-button",
 }
 #: Colours that carry no information, with why.
 DECORATIVE = {
     ".arcature-chart .arcature-grid line": "grid lines: the axis labels carry the values",
+    ".arcature-progress-bar": "a batch's bar track: its label and the counts table say the numbers",
+    ".arcature-progress-succeeded": "aria-hidden bar part: the label and the counts table say it",
+    ".arcature-progress-dead": "aria-hidden bar part: the label and the counts table say it",
+    ".arcature-progress-cancelled": "aria-hidden bar part: the label and the counts table say it",
 }
 COLOUR_PROPERTIES = ("color", "fill", "stroke", "outline", "outline-color", "background")
 
