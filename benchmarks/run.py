@@ -24,15 +24,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The benchmark's database (and SQLite file) name; ``ARCATURE_BENCH_DB_NAME`` gives
+#: two checkouts on one server a database each, since every run empties the table.
+NAME = os.environ.get("ARCATURE_BENCH_DB_NAME", "arcature_worker_bench")
 URLS = {
-    "sqlite": "sqlite:///var/bench.sqlite3",
-    "postgres": "postgres://arcature:arcature@127.0.0.1:5432/arcature_worker_bench",
-    "mysql": "mysql://arcature:arcature@127.0.0.1:3306/arcature_worker_bench",
+    "sqlite": f"sqlite:///var/{'bench' if NAME == 'arcature_worker_bench' else NAME}.sqlite3",
+    "postgres": f"postgres://arcature:arcature@127.0.0.1:5432/{NAME}",
+    "mysql": f"mysql://arcature:arcature@127.0.0.1:3306/{NAME}",
     # Through PgBouncer in transaction pooling (scripts/start-databases.sh starts it):
     # LISTEN does not deliver there, so the worker polls; "-listen" gives the LISTEN
     # connection its own direct alias (ARCATURE["LISTEN_DATABASE"]).
-    "pgbouncer": "postgres://arcature:arcature@127.0.0.1:6432/arcature_worker_bench",
-    "pgbouncer-listen": "postgres://arcature:arcature@127.0.0.1:6432/arcature_worker_bench",
+    "pgbouncer": f"postgres://arcature:arcature@127.0.0.1:6432/{NAME}",
+    "pgbouncer-listen": f"postgres://arcature:arcature@127.0.0.1:6432/{NAME}",
 }
 LABELS = {
     "sqlite": "SQLite (WAL file)",
@@ -128,6 +131,10 @@ class Bench:
 
     def run(self) -> dict[str, Any]:
         results: dict[str, Any] = {"db": self.db}
+        if self.options.memory_only:
+            results.update(self.memory())
+            self.clear()
+            return results
         repeat, measure, jobs = self.options.repeat, self.measure, self.options.jobs
         results["enqueue_single"] = statistics.median(
             measure.enqueue_single(self.options.single) for _ in range(repeat)
@@ -145,7 +152,9 @@ class Bench:
     def memory(self) -> dict[str, float]:
         from benchmarks.benchapp.jobs import noop
 
-        total = self.options.rss_jobs if self.db == "postgres" else self.options.rss_jobs // 5
+        total = self.options.rss_jobs
+        if self.db != "postgres" and not self.options.memory_only:
+            total //= 5
         self.clear()
         self.measure.start_workers(1)
         proc = self.measure.workers[0][0]
@@ -166,6 +175,10 @@ class Bench:
             "rss_first_mb": samples[0][1],
             "rss_last_mb": samples[-1][1],
             "rss_max_mb": max(mb for _, mb in samples),
+            # Growth from the first sample (after the first 10,000 jobs, once the
+            # worker's caches are warm) to the largest: "flat" means within 10 %.
+            "rss_growth_pct": (max(mb for _, mb in samples) / samples[0][1] - 1) * 100,
+            "rss_samples": [[jobs, round(mb, 2)] for jobs, mb in samples],
         }
 
 
@@ -227,6 +240,12 @@ def main() -> None:
         "--rss-jobs", type=int, default=100_000, help="long run on PostgreSQL (1/5 elsewhere)"
     )
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="only the worker RSS run, --rss-jobs on every --db (1,000,000: see README); "
+        "prints its JSON, writes nothing",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
@@ -244,7 +263,7 @@ def main() -> None:
         result = json.loads(lines[-1].removeprefix("RESULT "))
         print(json.dumps(result), flush=True)
         results.append(result)
-    if not options.no_write:
+    if not options.no_write and not options.memory_only:
         write_readme(results, options, load)
 
 
