@@ -90,10 +90,20 @@ PICKUP_STEPS = (
 )
 
 
+def _process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc), or None."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
 def _ns(moment: Any) -> int:
     """A datetime as nanoseconds since the epoch (microsecond precision, as stored)."""
     whole = int(moment.timestamp())
-    return whole * 1_000_000_000 + moment.microsecond * 1000
+    return whole * 1_000_000_000 + int(moment.microsecond) * 1000
 
 
 def _read_trace(path: Path) -> dict[str, dict[str, Any]]:
@@ -181,6 +191,12 @@ class Bench:
     #: microseconds (Linux only; None elsewhere). Less sensitive to a busy machine
     #: than the rate, so it is the better figure for comparing worker variants.
     cpu_us_per_job: float | None = None
+    #: CPU time PostgreSQL's backends serving this database (the workers' connections,
+    #: LISTEN included, not this process's own) spent per job in the last :meth:`drain`,
+    #: in microseconds: read from /proc, so only with the server on this host (None
+    #: elsewhere, and on other databases). Background processes (WAL writer,
+    #: checkpointer) are not counted.
+    server_cpu_us_per_job: float | None = None
     #: Set from elsewhere (a signal handler) to stop at the next wait.
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -340,9 +356,11 @@ class Bench:
         self.start_workers(processes)
         try:
             cpu_before = self._workers_cpu()
+            server_before = self._server_cpu()
             self._manager().enqueue_many(self.task, [()] * count, queue=self.queue)
             self.wait_drained()
             cpu_after = self._workers_cpu()
+            server_after = self._server_cpu()
         finally:
             self.stop_workers()
         self.cpu_us_per_job = (
@@ -350,6 +368,11 @@ class Bench:
             if cpu_before is not None and cpu_after is not None
             else None
         )
+        self.server_cpu_us_per_job = None
+        if server_before is not None and server_after:
+            # A backend that connected during the drain started from nothing.
+            spent = sum(t - server_before.get(pid, 0.0) for pid, t in server_after.items())
+            self.server_cpu_us_per_job = spent * 1e6 / count
         self._check_all_succeeded(count)
         span = self.jobs().aggregate(first=Min("started_at"), last=Max("finished_at"))
         seconds: float = max((span["last"] - span["first"]).total_seconds(), 1e-6)
@@ -357,15 +380,36 @@ class Bench:
 
     def _workers_cpu(self) -> float | None:
         """User + system CPU seconds of the worker processes so far (from /proc)."""
-        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         total = 0.0
         for proc, _, _ in self.workers:
-            try:
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
+            seconds = _process_cpu(proc.pid)
+            if seconds is None:
                 return None
-            total += (int(fields[11]) + int(fields[12])) / ticks
+            total += seconds
         return total
+
+    def _server_cpu(self) -> dict[int, float] | None:
+        """CPU seconds so far of each PostgreSQL backend serving this database but ours."""
+        from django.db import connections
+
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
+            return None
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+            pids = [row[0] for row in cursor.fetchall()]
+        found = {}
+        for pid in pids:
+            seconds = _process_cpu(pid)
+            if seconds is None:
+                if not Path("/proc/self/stat").exists():
+                    return None  # no /proc here at all
+                continue  # gone since, or not on this host
+            found[pid] = seconds
+        return found if found or not pids else None
 
     def pickup(self, samples: int, settle: float = 1.0) -> dict[str, Any]:
         """Idle pickup latency in milliseconds: p50/p95 from the enqueue call and its commit,

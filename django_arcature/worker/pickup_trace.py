@@ -16,6 +16,7 @@ line), and never touches a job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -151,9 +152,16 @@ class PickupTrace:
             except OSError as exc:
                 self._out = None
                 logger.warning("pickup trace off: writing %s failed (%s)", self.path, exc)
+                _close_quietly(out)
 
     def close(self) -> None:
         with self._lock:
             out, self._out = self._out, None
         if out is not None:
             out.close()
+
+
+def _close_quietly(out: IO[str]) -> None:
+    """Close a file whose write failed: what it still buffers cannot be written either."""
+    with contextlib.suppress(OSError):
+        out.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import signal
 import statistics
@@ -26,6 +27,14 @@ from django_arcature.bench.measure import (
 )
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
+
+
+def _load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages (a busy machine measures slower)."""
+    try:
+        return " ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:  # not available on this platform
+        return "unknown"
 
 
 def _positive(text: str) -> int:
@@ -140,14 +149,29 @@ class Command(RefusedDatabaseStopsCommand):
             bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
         )
         drain: dict[str, float] = {}
+        worker_cpu: dict[str, float] = {}
+        server_cpu: dict[str, float] = {}
         for processes in range(1, options["workers"] + 1):
             self._progress(options, f"drain with {processes} worker process(es)")
-            drain[str(processes)] = statistics.median(
-                bench.drain(options["jobs"], processes) for _ in range(repeat)
-            )
+            rates, workers, server = [], [], []
+            for _ in range(repeat):
+                rates.append(bench.drain(options["jobs"], processes))
+                if bench.cpu_us_per_job is not None:
+                    workers.append(bench.cpu_us_per_job)
+                if bench.server_cpu_us_per_job is not None:
+                    server.append(bench.server_cpu_us_per_job)
+            drain[str(processes)] = statistics.median(rates)
+            if workers:
+                worker_cpu[str(processes)] = statistics.median(workers)
+            if server:
+                server_cpu[str(processes)] = statistics.median(server)
         results["drain_per_s"] = drain
+        # CPU per job is steadier than the rate on a busy machine (Linux only).
+        results["drain_worker_cpu_us_per_job"] = worker_cpu
+        results["drain_server_cpu_us_per_job"] = server_cpu
         self._progress(options, "idle pickup latency")
         results.update(bench.pickup(options["samples"]))
+        results["load_average"] = _load_average()
 
     def _progress(self, options: dict[str, Any], what: str) -> None:
         if not options["json"] and options["verbosity"] >= 1:
@@ -161,15 +185,36 @@ class Command(RefusedDatabaseStopsCommand):
                 (f"drain, {n} worker process{'es' if n != '1' else ''}", f"{rate:,.0f} jobs/s")
                 for n, rate in r["drain_per_s"].items()
             ),
+            *(
+                (
+                    f"  CPU per job, {n} process{'es' if n != '1' else ''}",
+                    f"worker {us:,.0f} µs"
+                    + (
+                        f", PostgreSQL {r['drain_server_cpu_us_per_job'][n]:,.0f} µs"
+                        if n in r["drain_server_cpu_us_per_job"]
+                        else ""
+                    ),
+                )
+                for n, us in r["drain_worker_cpu_us_per_job"].items()
+            ),
             (
                 "idle pickup p50 / p95",
                 f"{r['pickup_p50_ms']:.1f} ms / {r['pickup_p95_ms']:.1f} ms",
             ),
         ]
+        if "pickup_handler_p50_ms" in r:
+            rows.append(
+                (
+                    "  to the handler thread",
+                    f"{r['pickup_handler_p50_ms']:.1f} ms / {r['pickup_handler_p95_ms']:.1f} ms",
+                )
+            )
+            for step, ms in r["pickup_breakdown"]["steps_p50_ms"].items():
+                rows.append((f"    {step.replace('_', ' ')} (p50)", f"{ms:.2f} ms"))
         width = max(len(name) for name, _ in rows)
         self.stdout.write(
             f"django-arcature on {r['database']} ({r['jobs']:,} no-op jobs per drain, "
-            f"median of {r['repeat']}), {r['seconds']}s"
+            f"median of {r['repeat']}), {r['seconds']}s, load average {r['load_average']}"
         )
         for name, value in rows:
             self.stdout.write(f"  {name.ljust(width)}  {value:>22}")
