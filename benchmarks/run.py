@@ -143,7 +143,16 @@ class Bench:
             measure.enqueue_bulk(jobs) for _ in range(repeat)
         )
         results["drain_1"] = statistics.median(measure.drain(jobs, 1) for _ in range(repeat))
-        results["drain_2"] = statistics.median(measure.drain(jobs, 2) for _ in range(repeat))
+        rates, workers, server = [], [], []
+        for _ in range(repeat):
+            rates.append(measure.drain(jobs, 2))
+            workers.append(measure.cpu_us_per_job)
+            server.append(measure.server_cpu_us_per_job)
+        results["drain_2"] = statistics.median(rates)
+        # CPU per job with 2 processes: the workers' and, on PostgreSQL on this host,
+        # the server backends' serving them (None where it cannot be read).
+        results["drain_2_worker_cpu_us"] = _median_or_none(workers)
+        results["drain_2_server_cpu_us"] = _median_or_none(server)
         results.update(measure.pickup(self.options.samples))
         results.update(self.memory())
         self.clear()
@@ -182,6 +191,11 @@ class Bench:
         }
 
 
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -196,12 +210,16 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} µs"
+
+
 def write_readme(results: list[dict[str, Any]], options: argparse.Namespace, load: str) -> None:
     lines = [
         "| database | enqueue 1-by-1 | bulk enqueue | drain 1 proc | drain 2 procs "
         "| idle pickup p50 / p95 (from enqueue call) | from commit p50 / p95 "
-        "| worker RSS (first → last) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| worker RSS (first → last) | CPU per job, 2 procs (worker / server) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
@@ -209,7 +227,8 @@ def write_readme(results: list[dict[str, Any]], options: argparse.Namespace, loa
             f"| {r['drain_1']:,.0f}/s | {r['drain_2']:,.0f}/s "
             f"| {r['pickup_p50_ms']:.1f} ms / {r['pickup_p95_ms']:.1f} ms "
             f"| {r['pickup_commit_p50_ms']:.1f} ms / {r['pickup_commit_p95_ms']:.1f} ms "
-            f"| {r['rss_first_mb']:.0f} → {r['rss_last_mb']:.0f} MB over {r['rss_jobs']:,} jobs |"
+            f"| {r['rss_first_mb']:.0f} → {r['rss_last_mb']:.0f} MB over {r['rss_jobs']:,} jobs "
+            f"| {_us(r.get('drain_2_worker_cpu_us'))} / {_us(r.get('drain_2_server_cpu_us'))} |"
         )
     table = "\n".join(lines)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
