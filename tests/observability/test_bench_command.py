@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def test_table_output() -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"django-arcature on {connection.vendor}")
     assert "load average" in lines[0]
-    labels = [line[2:].split("  ")[0].strip() for line in lines[1:]]
+    labels = [re.split(r"\s{2,}", line.strip())[0] for line in lines[1:]]
     assert labels[:9] == [
         "enqueue, one by one",
         "enqueue, bulk",
