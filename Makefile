@@ -13,8 +13,8 @@ PYTHON_FOR_VENV = $(shell scripts/find-python.sh)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TOX_ARGS ?=
 
-.PHONY: help venv demo-venv demo test test-quick lint docs databases bench soak soak-properties soak-schedules clean
-.PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check soak-workflows
+.PHONY: help venv demo-venv demo test test-quick lint docs databases bench bench-peers soak soak-properties soak-schedules clean
+.PHONY: soak-chaos soak-schedules-model soak-duty-faults release-check soak-workflows axe
 
 help:
 	@echo "make demo        run the example project's jobs on SQLite (no servers needed)"
@@ -24,6 +24,7 @@ help:
 	@echo "make release-check  build the sdist and wheel, check them, run the smoke suite on the installed wheel"
 	@echo "make docs        build the documentation site into var/docs-html and run its samples"
 	@echo "make bench       benchmarks on every database (writes benchmarks/README.md)"
+	@echo "make bench-peers ours beside five other queues (writes benchmarks/peers.md)"
 	@echo "make soak        long runs on every database (soak-properties, soak-schedules, soak-chaos)"
 
 # Two installs into one virtualenv: the demo needs only Django and the package;
@@ -52,6 +53,11 @@ demo: demo-venv
 databases:
 	$(SUDO) bash scripts/start-databases.sh
 
+# axe-core, pinned in tests/browser/axe/, for the accessibility test of the admin pages
+# (tests/browser/test_admin_accessibility.py); in CI a missing npm fails here.
+axe:
+	bash scripts/install-axe.sh
+
 # The matrix runs two environments at a time (the `docs` environment builds the
 # documentation site with warnings as errors and runs its code samples). The test
 # that restarts PostgreSQL under a running worker restarts the *system* server,
@@ -59,7 +65,7 @@ databases:
 # asked with ARCATURE_RESTART_DATABASE=1.
 RESTART_DATABASE := $(if $(filter true 1 yes,$(CI))$(filter 1,$(ARCATURE_RESTART_DATABASE)),1,)
 
-test: venv databases
+test: venv databases axe
 	rm -rf var/junit
 	export PATH="$$(scripts/python-path.sh):$$PATH"; \
 	  $(VENV)/bin/tox run-parallel --parallel 2 --parallel-no-spinner $(TOX_ARGS); status=$$?; \
@@ -72,7 +78,7 @@ test: venv databases
 	  bash scripts/release-check.sh || status=1; \
 	  $(PY) scripts/test-summary.py var/junit || status=1; exit $$status
 
-test-quick: venv
+test-quick: venv axe
 	ARCATURE_TEST_DB=sqlite $(PY) -m pytest -q
 
 lint: venv
@@ -92,6 +98,11 @@ docs: venv
 bench: venv databases
 	$(PY) -m pip install -q mysqlclient
 	$(PY) benchmarks/run.py --db sqlite,postgres,mysql
+
+# Ours beside pgqueuer, Oban, procrastinate, django-tasks-db and Huey on Redis (writes
+# benchmarks/peers.md); the peers go into var/peers-venv, never into the project's venv.
+bench-peers: venv databases
+	$(PY) benchmarks/peers.py
 
 # The long profile of the schedule test: a real one-minute schedule for 3.5 minutes
 # across four worker processes (one killed and replaced), on each database; CI runs a

@@ -262,6 +262,25 @@ class JobHandle[**P, R]:
             unique_key=options.unique_key,
         )
 
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """:meth:`enqueue` from async code (an ASGI view): committed when it returns.
+
+        On PostgreSQL the INSERT goes on the event loop's own connection, not
+        through a worker thread; see :meth:`JobManager.aenqueue`.
+        """
+        options = self.options
+        return await _job_model().objects.aenqueue(
+            self,
+            args=args,
+            kwargs=kwargs,
+            queue=options.queue,
+            priority=options.priority,
+            delay=options.delay,
+            run_at=options.run_at,
+            max_attempts=options.max_attempts,
+            unique_key=options.unique_key,
+        )
+
     def enqueue_many(self, arguments: Iterable[Any], *, batch_size: int = 1000) -> list[Job]:
         """Insert one job per item (positional args, a kwargs dict or an (args, kwargs) pair).
 

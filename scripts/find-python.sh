@@ -36,7 +36,8 @@ done
     path=$(command -v "$name" 2>/dev/null) || continue
     echo "  $path is $("$path" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo 'not runnable')"
   done
-  echo "Install one, e.g. 'apt-get install python3.12 python3.12-venv', 'pyenv install 3.12', or from python.org;"
+  echo "Install one: 'pyenv install 3.12', 'uv python install 3.12', python.org, or your distribution's"
+  echo "package where it has one ('apt-get install python3.12 python3.12-venv'; Debian 12 has none);"
   echo "or name one that is not on PATH: make demo PYTHON_FOR_VENV=/path/to/python3.12"
 } >&2
 exit 1

@@ -7,7 +7,9 @@
 #   3. for each supported Python, install the BUILT WHEEL (not an editable checkout)
 #      into a fresh virtualenv, copy the smoke suite and the example project out of the
 #      checkout, and run them there: the example project's demo on SQLite, and the smoke
-#      suite (enqueue, worker process, admin pages, django.tasks) on SQLite and PostgreSQL.
+#      suite (enqueue, worker process, admin pages, django.tasks) on SQLite and PostgreSQL;
+#   4. run the install instructions of README.md and docs/tutorial.md as written
+#      (scripts/check-install-docs.py: a clean copy, a fresh folder, no pyenv on PATH).
 # Python 3.12 gets Django 5.2 with the django-tasks backport, 3.13 the newest Django:
 # both django.tasks paths are tried from the wheel. Nothing is published from here.
 # JUnit reports go to var/junit/wheel-*.xml, beside the tox matrix's.
@@ -78,5 +80,8 @@ for minor in 12 13; do
   done
   rm -rf "$work"
 done
+log "the README's and the tutorial's install instructions, as written"
+"$PY" scripts/check-install-docs.py || status=1
+
 [ $status = 0 ] && log "passed" || log "FAILED"
 exit $status

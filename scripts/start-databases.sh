@@ -17,6 +17,8 @@ command -v msgfmt >/dev/null 2>&1 || need_apt+=(gettext)
 if [ "${ARCATURE_BROWSER:-1}" = 1 ]; then
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+  # npm installs axe-core for the accessibility test (scripts/install-axe.sh).
+  command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing with apt-get: ${need_apt[*]}"

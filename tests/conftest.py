@@ -183,3 +183,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def vendor() -> str:
     """``postgresql``, ``mysql`` or ``sqlite``."""
     return connection.vendor
+
+
+@pytest.fixture(autouse=True)
+def _close_wait_listeners() -> Any:
+    """A test's ``job.wait()`` leaves a LISTEN connection open for a while: close it, or
+    the next test (or dropping the test database) finds it still connected."""
+    yield
+    module = sys.modules.get("django_arcature.workflows.done_listener")
+    if module is not None:
+        module.close_all()

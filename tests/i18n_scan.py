@@ -12,7 +12,19 @@ This reads the package the way a reviewer would:
   (``message_user``), an action's or a display's ``description``, a
   ``short_description``, a ``verbose_name``/``verbose_name_plural``, a
   ``help_text`` or a ``label``, and a system check's message and ``hint``, when
-  no gettext call wraps them.
+  no gettext call wraps them;
+* management commands (``management/``) the same way, for what a person at a
+  shell reads: a command's ``help``, an option's ``help=``, what is written to
+  ``self.stdout``/``self.stderr``, and the message of a ``CommandError`` or of an
+  ``argparse.ArgumentTypeError`` (argparse shows it under the option). Output for
+  programs is not text to translate and carries no literal with words there
+  (``json.dumps(report)``); the worker's log lines, which stay English, are
+  ``logger`` calls, which this does not read.
+
+In a ``gettext("... %(name)s") % {...}``, the values given to the placeholders
+are read too: an English word passed in would show inside the translated
+sentence. A literal assigned to a variable first and written later is out of
+reach of this reading (the review catches it).
 
 What is deliberately left in English is listed in ``ALLOWED`` with the reason.
 """
@@ -39,6 +51,9 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         # ensure_json(label="argument "): a word inside a MalformedPayload message,
         # which is stored in the job's last_error like a log line (English, like logs).
         ("core/payloads.py", "argument"),
+        # The health probe's verdict line, as `python -m django_arcature.worker.health`
+        # prints it without Django: what orchestrators record and alerts match on.
+        ("management/commands/arcature_health.py", "unhealthy:"),
     }
 )
 
@@ -62,6 +77,11 @@ TEXT_KEYWORDS = frozenset({"verbose_name", "verbose_name_plural", "help_text", "
 TEXT_ATTRIBUTES = frozenset({"title", "alt", "aria-label", "placeholder"})
 #: Class-level names whose string value is shown (a Meta's or an AppConfig's).
 TEXT_CLASS_ATTRIBUTES = frozenset({"verbose_name", "verbose_name_plural", "short_description"})
+#: Management commands: the exceptions whose message is shown to the person who typed it.
+COMMAND_ERRORS = frozenset({"CommandError", "ArgumentTypeError"})
+#: Management commands: the streams a person reads.
+COMMAND_STREAMS = frozenset({"stdout", "stderr"})
+COMMANDS = "management/"
 LETTERS = re.compile(r"[^\W\d_]{2,}")
 #: Stands for a template tag or variable in the HTML given to the parser: no letters.
 HOLE = "\ufffc"
@@ -165,6 +185,13 @@ def _is_gettext(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and _name(node.func) in GETTEXT
 
 
+def _formatted(node: ast.expr) -> ast.expr:
+    """The sentence of ``(gettext(a) if x else gettext(b)) % {...}``: a gettext call or not."""
+    if isinstance(node, ast.IfExp) and _is_gettext(node.body) and _is_gettext(node.orelse):
+        return node.body
+    return node
+
+
 def unmarked_literals(node: ast.expr) -> Iterator[ast.Constant]:
     """The string literals with words in ``node`` that no gettext call wraps."""
     if _is_gettext(node):
@@ -179,12 +206,23 @@ def unmarked_literals(node: ast.expr) -> Iterator[ast.Constant]:
         yield from unmarked_literals(node.value)
     elif isinstance(node, ast.BinOp):
         yield from unmarked_literals(node.left)
-        if not (isinstance(node.op, ast.Mod) and _is_gettext(node.left)):
+        if isinstance(node.op, ast.Mod) and _is_gettext(_formatted(node.left)):
+            # The values that fill the translated sentence's placeholders.
+            if isinstance(node.right, ast.Dict):
+                for value in node.right.values:
+                    yield from unmarked_literals(value)
+            else:
+                yield from unmarked_literals(node.right)
+        else:
             yield from unmarked_literals(node.right)
     elif isinstance(node, ast.Call):
-        # "...".format(...) or format_html("...", ...): the template string is the text.
+        # "...".format(...) or format_html("...", ...): the template string is the text;
+        # a command's self.style.WARNING("..."): the styled text. Not json.dumps(...).
         if isinstance(node.func, ast.Attribute):
-            yield from unmarked_literals(node.func.value)
+            if _name(node.func.value) == "style" and node.args:
+                yield from unmarked_literals(node.args[0])
+            else:
+                yield from unmarked_literals(node.func.value)
         elif node.args:
             yield from unmarked_literals(node.args[0])
     elif isinstance(node, ast.IfExp):
@@ -224,11 +262,39 @@ def shown_expressions(tree: ast.AST) -> Iterator[ast.expr]:
                     yield node.value
 
 
+def command_expressions(tree: ast.AST) -> Iterator[ast.expr]:
+    """What a management command shows the person at the shell."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "write"
+                and _name(func.value) in COMMAND_STREAMS
+                and node.args
+            ):
+                yield node.args[0]
+            if _name(func) in COMMAND_ERRORS and node.args:
+                yield node.args[0]
+            if _name(func) == "add_argument" and "help" in keywords:
+                yield keywords["help"]
+        elif isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and any(
+                    _name(target) == "help" for target in statement.targets
+                ):
+                    yield statement.value
+
+
 def scan_python(source: str, path: str = "<module>") -> list[Unmarked]:
     tree = ast.parse(source)
+    expressions = list(shown_expressions(tree))
+    if path.startswith(COMMANDS):
+        expressions += command_expressions(tree)
     found = {
         Unmarked(path, literal.lineno, str(literal.value).strip())
-        for expression in shown_expressions(tree)
+        for expression in expressions
         for literal in unmarked_literals(expression)
     }
     return sorted(found)

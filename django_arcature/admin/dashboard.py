@@ -355,6 +355,9 @@ class Bar:
     succeeded: int
     failed: int
     label: str
+    #: The minute's local clock time and its instant, for the chart's data table.
+    time: str = ""
+    start: str = ""
 
 
 @dataclass(frozen=True)
@@ -422,6 +425,8 @@ def build_chart(minutes: list[Minute], width: int = 720, height: int = 220) -> C
                 failed=minute.failed,
                 label=_("%(time)s: %(succeeded)d succeeded, %(failed)d failed")
                 % {"time": clock, "succeeded": minute.succeeded, "failed": minute.failed},
+                time=clock,
+                start=minute.start.isoformat(),
             )
         )
     y_ticks = [Tick(f"{y_of(v):.2f}", str(v)) for v in sorted({0, y_max // 2, y_max})]

@@ -41,6 +41,10 @@ class QueueStateAdmin(_ModelAdmin):
     readonly_fields = ("paused_at",)
     change_list_template = "django_arcature/admin/queues_change_list.html"
 
+    class Media:
+        # Our colours (row links at 4.5:1 on every row background), as on the job pages.
+        css = {"all": ("django_arcature/admin.css",)}
+
     def get_readonly_fields(self, request: HttpRequest, obj: QueueState | None = None) -> Any:
         """The name is the primary key: renaming would save a second row (and was a 500).
         A queue's name lives on its jobs and handlers, so there is nothing to rename."""

@@ -89,6 +89,10 @@ class ScheduleAdmin(_ModelAdmin):
         "next_fire_times",
     )
 
+    class Media:
+        # Our colours (row links at 4.5:1 on every row background), as on the job pages.
+        css = {"all": ("django_arcature/admin.css",)}
+
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
         fields = tuple(super().get_readonly_fields(request, obj))
         if obj is not None and obj.source == ScheduleSource.CODE:

@@ -246,6 +246,34 @@ class Bench:
             manager.enqueue(self.task, queue=self.queue)
         return count / (time.perf_counter() - started)
 
+    def enqueue_in_transaction(self, count: int) -> dict[str, float]:
+        """What one enqueue adds to a request's own transaction, in microseconds (p50/p99).
+
+        Each sample opens a transaction, writes to it as a view would before
+        enqueueing (a ``SELECT`` that starts it on the server), then times the
+        ``enqueue()`` call alone; the commit, which the request pays anyway, is
+        outside the timing.
+        """
+        from django.db import connections, transaction
+
+        self.clear()
+        manager = self._manager()
+        connection = connections[self.using]
+        samples = []
+        for _ in range(count):
+            self._check_stop()
+            with transaction.atomic(using=self.using):
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                started = time.perf_counter()
+                manager.enqueue(self.task, queue=self.queue)
+                samples.append((time.perf_counter() - started) * 1e6)
+        samples.sort()
+        return {
+            "enqueue_in_transaction_p50_us": percentile(samples, 50),
+            "enqueue_in_transaction_p99_us": percentile(samples, 99),
+        }
+
     def enqueue_bulk(self, count: int) -> float:
         """Jobs per second with one ``enqueue_many`` call."""
         self.clear()

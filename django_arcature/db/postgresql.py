@@ -12,6 +12,7 @@ from django.db import DatabaseError
 from .base import ClaimedFields, CompletionRow, Driver
 from .batch import update_from_values
 from .claimed import ClaimedJob
+from .copy_text import copy_text
 from .rows import prepare_rows
 from .single_statement import claim_with_cte
 
@@ -89,33 +90,33 @@ class PostgreSQLDriver(Driver):
     ) -> None:
         """One ``COPY`` (whose INSERT trigger sends its single NOTIFY at commit).
 
-        Under psycopg2, which cannot stream rows into COPY, one prepared INSERT
-        run for every row.
+        The rows go as COPY text built by :mod:`.copy_text` (the shared columns
+        rendered once). Under psycopg2, which cannot stream rows into COPY, one
+        prepared INSERT run for every row.
         """
         if not objs:
             return
         connection = self.connection
-        copy = _has_copy_from_python()
-        prepared = prepare_rows(
-            connection, model, objs, varying, json_as_text=_json_text if copy else None
-        )
         qn = connection.ops.quote_name
         table = qn(model._meta.db_table)
-        columns = ", ".join(qn(field.column) for field in prepared.fields)
         with connection.cursor() as cursor:
-            if copy:
+            if _has_copy_from_python():
                 # The driver's own cursor: Django's wrapper has no COPY. Same
                 # connection, so the same transaction as everything else here.
                 # Its errors are turned into Django's (IntegrityError,
                 # ProgrammingError ...) as Django's cursor would, so callers catch
                 # the same exceptions whichever database they run on.
+                text = copy_text(connection, cursor.cursor, model, objs, varying, _json_text)
+                columns = ", ".join(text.columns)
                 with (
                     connection.wrap_database_errors,
                     cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as stream,
                 ):
-                    for row in prepared:
-                        stream.write_row(row)
+                    for chunk in text.chunks():
+                        stream.write(chunk)
             else:
+                prepared = prepare_rows(connection, model, objs, varying)
+                columns = ", ".join(qn(field.column) for field in prepared.fields)
                 placeholders = ", ".join(["%s"] * len(prepared.fields))
                 cursor.executemany(
                     f"INSERT INTO {table} ({columns}) VALUES ({placeholders})", list(prepared)

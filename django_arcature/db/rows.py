@@ -11,6 +11,7 @@ would write.
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ def db_value_converter(
 
         if json_as_text is not None:
             # The backend's wrapper carries the dumps() Django chose for this encoder.
-            dumps = getattr(adapt_json({}, encoder), "dumps", None)
+            dumps = _fast_dumps(getattr(adapt_json({}, encoder), "dumps", None))
             if dumps is not None:
 
                 def json_text(value: Any) -> Any:
@@ -122,6 +123,22 @@ def db_value_converter(
                 return json_text
         return json_value
     return functools.partial(model_field.get_db_prep_save, connection=connection)
+
+
+def _fast_dumps(dumps: Any) -> Any:
+    """``json.dumps(value, cls=Encoder)`` as one encoder's ``encode``: the same text
+    (``dumps`` with no other option builds ``Encoder()`` and calls ``encode``), without
+    building an encoder per row."""
+    if (
+        isinstance(dumps, functools.partial)
+        and dumps.func is json.dumps
+        and not dumps.args
+        and set(dumps.keywords) == {"cls"}
+    ):
+        return dumps.keywords["cls"]().encode
+    if dumps is json.dumps:
+        return json.JSONEncoder().encode
+    return dumps
 
 
 def _same(value: Any) -> Any:

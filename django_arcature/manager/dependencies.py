@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
-from django.db.models import F, Sum
+from django.db.models import Case, Exists, F, OuterRef, Sum, Value, When
 
 from django_arcature.db import DatabaseNow
 from django_arcature.states import JobStatus
@@ -115,9 +115,13 @@ def _cascade(using: str, model: type[Job], frontier: dict[uuid.UUID, str]) -> li
     while frontier:
         for outcome in sorted(set(frontier.values())):
             ups = [job_id for job_id, o in frontier.items() if o == outcome]
-            still_open = edges.filter(upstream_id__in=ups, state=m.EdgeState.OPEN)
-            still_open.filter(when__in=MET_BY[outcome]).update(state=m.EdgeState.MET)
-            still_open.update(state=m.EdgeState.UNMET)
+            # One statement: met where the dependent's ``when`` accepts the outcome.
+            edges.filter(upstream_id__in=ups, state=m.EdgeState.OPEN).update(
+                state=Case(
+                    When(when__in=MET_BY[outcome], then=Value(m.EdgeState.MET)),
+                    default=Value(m.EdgeState.UNMET),
+                )
+            )
         dependents = set(
             edges.filter(upstream_id__in=list(frontier)).values_list("downstream_id", flat=True)
         )
@@ -134,17 +138,36 @@ def _cascade(using: str, model: type[Job], frontier: dict[uuid.UUID, str]) -> li
         )
         if not waiting:
             break
+        # Whether a dependent still has an open edge, or one that can no longer be met:
+        # one statement, each EXISTS stopping at its first edge (index
+        # arcature_edge_down_idx), so a completion of a wide fan-in probes instead of
+        # reading every edge still open (quadratic over the fan-in), and the dependent's
+        # lock, held from above to the commit, is held one round trip less.
+        flags = (
+            model.objects.using(using)
+            .filter(id__in=waiting)
+            .annotate(
+                has_open=Exists(edges.filter(downstream_id=OuterRef("id"), state=m.EdgeState.OPEN)),
+                has_unmet=Exists(
+                    edges.filter(downstream_id=OuterRef("id"), state=m.EdgeState.UNMET)
+                ),
+            )
+            .values_list("id", "has_open", "has_unmet")
+        )
         undecided: set[uuid.UUID] = set()
+        ruled_out: list[uuid.UUID] = []
+        for job_id, has_open, has_unmet in flags:
+            if has_open:
+                undecided.add(job_id)
+            if has_unmet:
+                ruled_out.append(job_id)
         unmet: dict[uuid.UUID, uuid.UUID] = {}
-        for down, up, state in (
-            edges.filter(downstream_id__in=waiting)
-            .exclude(state=m.EdgeState.MET)
-            .order_by("id")
-            .values_list("downstream_id", "upstream_id", "state")
-        ):
-            if state == m.EdgeState.OPEN:
-                undecided.add(down)
-            else:
+        if ruled_out:
+            for down, up in (
+                edges.filter(downstream_id__in=ruled_out, state=m.EdgeState.UNMET)
+                .order_by("id")
+                .values_list("downstream_id", "upstream_id")
+            ):
                 # The upstream this round finished names the reason when it is one.
                 if down not in unmet or (up in frontier and unmet[down] not in frontier):
                     unmet[down] = up
@@ -201,22 +224,35 @@ def shard_of(job_id: uuid.UUID) -> int:
 def count_members(
     using: str, model: type[Job], members: Mapping[uuid.UUID, tuple[uuid.UUID, str]]
 ) -> None:
-    """Count finished members on their shard rows, then fire the callbacks of finished batches."""
+    """Count finished members on a shard row per batch, then fire the callbacks of finished ones.
+
+    Only the sum over a batch's shards means anything, so a transaction adds all
+    of its members of one batch to *one* shard (that of its smallest member id):
+    one ``UPDATE`` per batch and transaction however many members a worker's
+    flush finishes, where a shard per member cost up to one statement per shard.
+    Two workers' flushes still land on different shards nearly always.
+    """
     m = _models()
     column = {SUCCEEDED: "succeeded", FAILED: "dead", CANCELLED: "cancelled"}
-    counts: Counter[tuple[uuid.UUID, int, str]] = Counter(
-        (batch_id, shard_of(job_id), column[outcome])
-        for job_id, (batch_id, outcome) in members.items()
-    )
-    for (batch_id, shard, name), n in sorted(counts.items(), key=str):
-        m.BatchCounter.objects.using(using).filter(batch_id=batch_id, shard=shard).update(
-            **{name: F(name) + n}
-        )
-    fire_finished_batches(using, model, {batch_id for batch_id, _ in members.values()})
+    per_batch: dict[uuid.UUID, Counter[str]] = {}
+    first: dict[uuid.UUID, uuid.UUID] = {}
+    for job_id, (batch_id, outcome) in members.items():
+        per_batch.setdefault(batch_id, Counter())[column[outcome]] += 1
+        if batch_id not in first or job_id < first[batch_id]:
+            first[batch_id] = job_id
+    for batch_id in sorted(per_batch):  # one row each, in id order: no deadlock
+        m.BatchCounter.objects.using(using).filter(
+            batch_id=batch_id, shard=shard_of(first[batch_id])
+        ).update(**{name: F(name) + n for name, n in per_batch[batch_id].items()})
+    fire_finished_batches(using, model, set(per_batch))
 
 
 def uncount_member(using: str, job_id: uuid.UUID, batch_id: uuid.UUID, outcome: str) -> None:
-    """A requeued member is live again: take it off its shard's count."""
+    """A requeued member is live again: take it off the batch's count.
+
+    Its own shard, which need not be the one its completion added it to: a shard
+    may go below zero, the sum stays right.
+    """
     m = _models()
     name = {SUCCEEDED: "succeeded", FAILED: "dead", CANCELLED: "cancelled"}[outcome]
     m.BatchCounter.objects.using(using).filter(batch_id=batch_id, shard=shard_of(job_id)).update(
@@ -224,17 +260,22 @@ def uncount_member(using: str, job_id: uuid.UUID, batch_id: uuid.UUID, outcome: 
     )
 
 
-def batch_counts(using: str, batch_id: uuid.UUID) -> dict[str, int]:
-    """total, succeeded, dead, cancelled and pending: the batch row and its shard rows."""
+def batch_counts(using: str, batch_id: uuid.UUID, total: int | None = None) -> dict[str, int]:
+    """total, succeeded, dead, cancelled and pending: the batch row and its shard rows.
+
+    ``total`` if the caller holds the batch row already (locked), else read here.
+    """
     m = _models()
-    total = m.BatchRun.objects.using(using).filter(id=batch_id).values_list("total", flat=True)
+    if total is None:
+        found = m.BatchRun.objects.using(using).filter(id=batch_id).values_list("total", flat=True)
+        total = int(found.first() or 0)
     sums = (
         m.BatchCounter.objects.using(using)
         .filter(batch_id=batch_id)
         .aggregate(succeeded=Sum("succeeded"), dead=Sum("dead"), cancelled=Sum("cancelled"))
     )
     counts = {name: int(value or 0) for name, value in sums.items()}
-    counts["total"] = int(total.first() or 0)
+    counts["total"] = total
     counts["pending"] = counts["total"] - counts["succeeded"] - counts["dead"] - counts["cancelled"]
     return counts
 
@@ -255,7 +296,7 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
         .select_for_update()
     )
     for batch in batches:
-        counts = batch_counts(using, batch.id)
+        counts = batch_counts(using, batch.id, batch.total)  # read under the lock
         if counts["pending"] > 0:
             continue
         handles = [batch.on_finish] if batch.on_finish else []

@@ -30,7 +30,7 @@ from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
 from .missing_table import add_migrate_hint, migrate_hint
-from .row_insert import RowStatements, insert_row
+from .row_insert import PreparedInsert, RowStatements, insert_row, prepare_insert
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
@@ -104,6 +104,78 @@ class EnqueueWrites(JobWriter):
             return job
         self._announce_enqueued([job], using)
         return self._run_eagerly([job])[0]
+
+    async def aenqueue(
+        self,
+        task: Any,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        backend: str = "",
+    ) -> Job:
+        """:meth:`enqueue` from async code, committed when it returns.
+
+        Async code has no transaction of its own to join, so the job is inserted
+        in autocommit. Called from sync code through ``async_to_sync`` (which may
+        hold a transaction open), it runs :meth:`enqueue` in that thread and joins
+        its transaction, as before. Otherwise, on PostgreSQL (psycopg 3) the INSERT goes on an async
+        connection driven by the running event loop (:mod:`django_arcature.db.async_pg`),
+        not through a worker thread as Django's async ORM does; that INSERT does
+        not pass through Django's cursor, so ``execute_wrapper`` hooks and query
+        logging do not see it. Elsewhere, and where the sync path must run
+        (``pre_save``/``post_save`` listeners, eager mode), the whole
+        :meth:`enqueue` runs in a thread (``sync_to_async``).
+        """
+        from asgiref.sync import sync_to_async
+
+        options: dict[str, Any] = {
+            "args": args,
+            "kwargs": kwargs,
+            "queue": queue,
+            "priority": priority,
+            "delay": delay,
+            "run_at": run_at,
+            "max_attempts": max_attempts,
+            "unique_key": unique_key,
+            "backend": backend,
+        }
+        using = self.db
+        if not _native_async(using):
+            return await sync_to_async(self.enqueue, thread_sensitive=True)(task, **options)
+        row, statements = self._build(task, **options)
+        prepared = prepare_insert(row, using, statements)
+        if prepared is None:
+            return await sync_to_async(self._insert_then_announce, thread_sensitive=True)(
+                row, statements
+            )
+        try:
+            job, created = await _ainsert(self, row, prepared)
+        except DatabaseError as exc:
+            add_migrate_hint(exc, self.model._meta.db_table, using)
+            raise
+        if created:
+            await _aannounce(self.model, job, using)
+        return job
+
+    def _insert_then_announce(self, row: Job, statements: RowStatements | None) -> Job:
+        """The sync path's insert and announcement for a row built in async code."""
+        using = self.db
+        if row.unique_key is None:
+            _retry_on_lock_conflict(using, lambda: insert_row(row, using, statements))
+            job, created = row, True
+        else:
+            job, created = _retry_on_lock_conflict(
+                using, lambda: self._insert_unique(row, statements)
+            )
+        if created:
+            self._announce_enqueued([job], using)
+        return job
 
     def enqueue_many(
         self,
@@ -442,3 +514,90 @@ def _trace_context(model: type[Any], task_name: str, queue: str, count: int) -> 
         if isinstance(response, dict):
             carrier.update(response)
     return carrier
+
+
+def _native_async(using: str) -> bool:
+    """Whether :meth:`EnqueueWrites.aenqueue` may insert on the event loop's own
+    connection: PostgreSQL under psycopg 3, with nothing that needs the sync path."""
+    from asgiref.sync import AsyncToSync
+    from django.db import connections
+
+    from django_arcature.db.async_pg import supports_native_async
+
+    if not supports_native_async(using) or get_settings().eager:
+        return False
+    # Under async_to_sync, sync code is waiting on this coroutine and may hold a
+    # transaction open (a test case, a sync view calling async code): the sync path,
+    # run in that thread, joins it as enqueue() would; a connection of our own could not.
+    if getattr(AsyncToSync.executors, "current", None) is not None:
+        return False
+    return not connections[using].in_atomic_block
+
+
+async def _ainsert(writer: EnqueueWrites, row: Job, prepared: PreparedInsert) -> tuple[Job, bool]:
+    """INSERT on the loop's connection; for a unique key, the live holder if it has one.
+
+    Each INSERT is its own transaction (autocommit), so one that loses its key
+    leaves nothing behind; the holder is then read, and if it finished meanwhile
+    (the key is free again) the insert is tried again, as :meth:`_insert_unique` does.
+    """
+    from asgiref.sync import sync_to_async
+
+    for _ in range(_UNIQUE_INSERT_ATTEMPTS):
+        try:
+            returned = await _aexecute(prepared)
+        except IntegrityError:
+            if row.unique_key is None:
+                raise
+            holder = await sync_to_async(_holder, thread_sensitive=True)(writer, row.unique_key)
+            if holder is not None:
+                return holder, False
+            continue
+        prepared.finish(row, returned)
+        return row, True
+    raise IntegrityError(f"unique key {row.unique_key!r}: still contended after retries")
+
+
+def _holder(writer: EnqueueWrites, key: str) -> Job | None:
+    return writer.using(writer.db).filter(unique_key=key).first()
+
+
+async def _aexecute(prepared: PreparedInsert) -> Any:
+    """One INSERT on this loop's connection, retried after a lock conflict; psycopg's
+    errors become Django's (IntegrityError, DataError ...), as through Django's cursor."""
+    import asyncio
+    import random
+
+    import psycopg
+
+    from django_arcature.db import async_pg
+    from django_arcature.db.conflicts import LOCK_RETRY_ATTEMPTS, is_lock_conflict
+
+    using, connection = prepared.using, prepared.connection
+    for attempt in range(1, LOCK_RETRY_ATTEMPTS + 1):
+        try:
+            try:
+                conn = await async_pg.async_connection(using)
+                try:
+                    cursor = await conn.execute(prepared.sql, prepared.params)
+                    return await cursor.fetchone() if prepared.returns else None
+                except psycopg.OperationalError:
+                    await async_pg.discard(using)  # the connection may be gone
+                    raise
+            except psycopg.Error as exc:
+                raise async_pg.as_django_error(exc) from exc
+        except DatabaseError as exc:
+            if attempt == LOCK_RETRY_ATTEMPTS or not is_lock_conflict(exc, connection.vendor):
+                raise
+            await asyncio.sleep(min(0.005 * 2**attempt, 0.5) * (0.5 + random.random()))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _aannounce(model: type[Job], job: Job, using: str) -> None:
+    """What :meth:`EnqueueWrites._announce_enqueued` does once the row is committed:
+    nudge this host's idle workers, then ``job_enqueued`` (sync receivers run in a
+    thread, as ``Signal.asend`` runs them)."""
+    conf = get_settings()
+    if conf.wake_hints:
+        send_hints(using, hint_directory(using, conf))
+    await signals.job_enqueued.asend(sender=model, job=job)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from django_arcature.enqueueing import save_new
 if TYPE_CHECKING:
     from django_arcature.models import Job
 
-__all__ = ["RowStatements", "insert_row"]
+__all__ = ["PreparedInsert", "RowStatements", "insert_row", "prepare_insert"]
 
 #: Values that are never an SQL expression (checked first: most of a row's values).
 _PLAIN_TYPES = frozenset({str, int, float, bool, dict, list, uuid.UUID, datetime})
@@ -186,13 +187,72 @@ def _has_listeners(model: type[Job]) -> bool:
 
 def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> bool:
     """The INSERT itself; False (nothing sent) where the ORM's ``save()`` must do it."""
+    prepared = prepare_insert(row, using, statements)
+    if prepared is None:
+        return False  # an expression the ORM compiles, or listeners (nothing sent yet)
+    connection = connections[using]
+    # What transaction.mark_for_rollback_on_error() does, without a generator per call.
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(prepared.sql, prepared.params)
+            returned = cursor.fetchone() if prepared.returns else None
+    except Exception:
+        if connection.in_atomic_block:
+            connection.needs_rollback = True
+        raise
+    prepared.finish(row, returned)
+    return True
+
+
+class PreparedInsert:
+    """One row's INSERT, ready to send on any connection to the database, and how to
+    bring back into the row what it stamped."""
+
+    __slots__ = ("connection", "params", "returns", "shape", "sql", "statement", "using")
+
+    def __init__(
+        self,
+        shape: _InsertShape,
+        statement: _Statement,
+        params: list[Any],
+        using: str,
+        connection: BaseDatabaseWrapper,
+    ) -> None:
+        self.shape = shape
+        self.statement = statement
+        self.sql = statement.sql
+        self.params = params
+        self.returns = bool(statement.stamped) and shape.returns
+        self.using = using
+        self.connection = connection
+
+    def finish(self, row: Job, returned: Sequence[Any] | None) -> None:
+        """Mark ``row`` saved; store the stamped values the INSERT returned (if any)."""
+        row._state.adding = False
+        row._state.db = self.using
+        if returned is None:
+            return  # nothing stamped, or the database cannot return it: read back later
+        values = row.__dict__
+        for field, value in zip(self.statement.stamped, returned, strict=True):
+            col, converters = self.shape.converters[field.attname]
+            for convert in converters:
+                value = convert(value, col, self.connection)
+            values[field.attname] = value
+
+
+def prepare_insert(
+    row: Job, using: str, statements: RowStatements | None = None
+) -> PreparedInsert | None:
+    """The SQL and parameters of ``row``'s INSERT; None where only the ORM's ``save()``
+    may write it (``pre_save``/``post_save`` listeners, a custom field, an expression).
+    Touches no database."""
     model = type(row)
     if _has_listeners(model):
-        return False
+        return None
     connection = connections[using]
     shape = _shape(model, using, connection)
     if not shape.plain:
-        return False
+        return None
     values = row.__dict__
     if statements is None:
         statement = _compile(shape, values, (), connection)
@@ -204,32 +264,13 @@ def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> 
             if statement is not None:
                 statements.keep(key, statement)
     if statement is None:
-        return False  # an expression the ORM compiles (nothing sent yet)
+        return None
     params = statement.params
     if statement.per_row:
         params = params.copy()
         for index, attname, field in statement.per_row:
             params[index] = field.get_db_prep_save(values[attname], connection)
-    returns = bool(statement.stamped) and shape.returns
-    # What transaction.mark_for_rollback_on_error() does, without a generator per call.
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(statement.sql, params)
-            returned = cursor.fetchone() if returns else None
-    except Exception:
-        if connection.in_atomic_block:
-            connection.needs_rollback = True
-        raise
-    row._state.adding = False
-    row._state.db = using
-    if returned is None:
-        return True  # nothing stamped, or the database cannot return it: read back later
-    for field, value in zip(statement.stamped, returned, strict=True):
-        col, converters = shape.converters[field.attname]
-        for convert in converters:
-            value = convert(value, col, connection)
-        values[field.attname] = value
-    return True
+    return PreparedInsert(shape, statement, params, using, connection)
 
 
 def _compile(

@@ -319,22 +319,48 @@ class ArcatureBackend(BaseTaskBackend):
         """Insert a pending job row in the caller's transaction, and describe it."""
         from django_arcature.models import Job
 
+        args, kwargs, options = self._enqueue_options(task, args, kwargs)
+        job = Job.objects.enqueue(task.module_path, args=args, kwargs=kwargs, **options)
+        result = self._enqueued_result(task, job, args, kwargs)
+        task_enqueued.send(sender=type(self), task_result=result)
+        return result
+
+    async def aenqueue[**P, R](
+        self, task: Task[P, R], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> TaskResult[P, R]:
+        """:meth:`enqueue` from async code, committed when it returns: on PostgreSQL on
+        the event loop's own connection rather than through a worker thread (the
+        framework's default ``aenqueue`` runs ``enqueue`` in one)."""
+        from django_arcature.models import Job
+
+        args, kwargs, options = self._enqueue_options(task, args, kwargs)
+        job = await Job.objects.aenqueue(task.module_path, args=args, kwargs=kwargs, **options)
+        result = self._enqueued_result(task, job, args, kwargs)
+        await task_enqueued.asend(sender=type(self), task_result=result)
+        return result
+
+    def _enqueue_options(
+        self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+        """Check the task (no database needed) and what its job row gets."""
         self._ensure_configured()
         self.validate_task(task)
         self._ensure_reachable(task)
-        args, kwargs = stored_arguments(args, kwargs)
+        stored_args, stored_kwargs = stored_arguments(args, kwargs)
         overrides = self.overrides_for(task)
-        job = Job.objects.enqueue(
-            task.module_path,
-            args=args,
-            kwargs=kwargs,
-            queue=task.queue_name,
-            priority=task.priority,
-            run_at=task.run_after,
-            backend=self.alias,
-            max_attempts=overrides.max_attempts,
-        )
-        result = TaskResult(
+        options = {
+            "queue": task.queue_name,
+            "priority": task.priority,
+            "run_at": task.run_after,
+            "backend": self.alias,
+            "max_attempts": overrides.max_attempts,
+        }
+        return stored_args, stored_kwargs, options
+
+    def _enqueued_result[**P, R](
+        self, task: Task[P, R], job: Any, args: Any, kwargs: Any
+    ) -> TaskResult[P, R]:
+        return TaskResult(
             task=task,
             id=str(job.id),
             status=TaskResultStatus.READY,
@@ -348,8 +374,6 @@ class ArcatureBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        task_enqueued.send(sender=type(self), task_result=result)
-        return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The task's current state; unknown or malformed ids raise TaskResultDoesNotExist."""

@@ -315,6 +315,40 @@ def _with_timeout(
     return box[0]
 
 
+#: How often an ``async def`` attempt looks at its cancel flag (the worker raises it
+#: from another thread: a lost claim, an operator's cancel, the shutdown).
+CANCEL_POLL_SECONDS = 0.05
+
+
+class AttemptStopped(Exception):
+    """An ``async def`` attempt cancelled because the worker raised its cancel flag."""
+
+
+async def _until_cancelled(handler: Any, context: JobContext) -> Any:
+    """Await ``handler`` as a task of its own, cancelled (``CancelledError`` inside it) once
+    the worker raises the flag; the attempt then fails with :class:`AttemptStopped`."""
+    work = asyncio.ensure_future(handler)
+    watcher = asyncio.ensure_future(_flag_raised(context.cancel_event))
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # our own deadline (asyncio.timeout) cancelled us: stop it too
+        work.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    await asyncio.wait({work}, timeout=1.0)  # let it run its finally blocks, briefly
+    reason = context.cancel_reason or "cancelled"
+    raise AttemptStopped(f"the worker stopped this attempt while it ran ({reason})")
+
+
+async def _flag_raised(event: threading.Event) -> None:
+    while not event.is_set():
+        await asyncio.sleep(CANCEL_POLL_SECONDS)
+
+
 def _run_async(
     resolved: _Resolved,
     timeout: float | None,
@@ -339,7 +373,9 @@ def _run_async(
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
-                value = await spec.func(*resolved.args, **resolved.kwargs)
+                value = await _until_cancelled(
+                    spec.func(*resolved.args, **resolved.kwargs), context
+                )
         except TimeoutError as exc:
             if timeout is not None and deadline.expired():  # ours, not the handler's own
                 context.cancel("timeout")

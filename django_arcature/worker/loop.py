@@ -113,6 +113,13 @@ class WorkerStats:
 ClaimKey = tuple[uuid.UUID, uuid.UUID]
 
 
+@dataclass(frozen=True)
+class _Cancelled:
+    """A notification that a running job was cancelled (PostgreSQL, migration 0013)."""
+
+    job_id: str
+
+
 @dataclass
 class _InFlight:
     """A job this worker has claimed and not yet written back."""
@@ -362,6 +369,11 @@ class Worker(HandlerThreads):
             if not self._finished:
                 self._first_finished_at = time.monotonic()
             self._finished.append(item)
+        elif isinstance(item, _Cancelled):
+            # One of ours? Then heartbeat now: the fenced heartbeat finds the claim
+            # gone and raises cancel_requested, as it would at the next beat.
+            if any(str(key[0]) == item.job_id for key in self._inflight):
+                self._next_heartbeat = 0.0
         elif item in ("notify", "enqueued"):
             if self._trace is not None:
                 self._trace.taken()
@@ -522,7 +534,10 @@ class Worker(HandlerThreads):
         if not batch:
             return
         if not self._hold_written_off(batch):
-            return  # kept; the holds and then the write are tried again
+            # Kept; the holds and then the write are tried again. Counted as a failed
+            # write: nothing of the batch lands until the hold does.
+            self._note_flush_failure()
+            return
         if self._flush_failures >= FLUSH_SHRINK_TRIES:
             batch = [self._shrunk(done) for done in batch]
             self._finished = batch
@@ -913,6 +928,7 @@ class Worker(HandlerThreads):
                 self.using,
                 functools.partial(self._woken, LISTEN),
                 on_queues=lambda: self._events.put("notify"),
+                on_cancel=lambda job_id: self._events.put(_Cancelled(job_id)),
             )
             self._listener.start()
         if self.conf.wake_hints:

@@ -37,6 +37,8 @@ CHANNEL = "arcature_jobs"
 #: Job inserts send an empty one; a listener's self-test sends ``probe:<token>``.
 QUEUES_PAYLOAD = "queues"
 PROBE_PREFIX = "probe:"
+#: A running job was cancelled (migration 0013): ``cancel:<job id>``.
+CANCEL_PREFIX = "cancel:"
 #: How long the listener waits for its own probe before concluding LISTEN does not deliver.
 PROBE_SECONDS = 2.0
 
@@ -49,7 +51,9 @@ class Listener:
     must the worker re-read the pause flags. Job notifications wake every idle
     worker of the fleet at once, so sparing each of them that extra query halves
     the round trips of the wake-up, and takes one off the pickup's latency.
-    Another listener's probe wakes nobody: no job is behind it.
+    Another listener's probe wakes nobody: no job is behind it. A running job's
+    cancel (``cancel:<id>``) goes to ``on_cancel``: the worker that holds it runs its
+    fenced heartbeat at once instead of at the next beat.
     """
 
     def __init__(
@@ -57,11 +61,14 @@ class Listener:
         using: str,
         wake: Callable[[], None],
         on_queues: Callable[[], None] | None = None,
+        on_cancel: Callable[[str], None] | None = None,
     ) -> None:
         self.using = using
         self.listen_using = listen_alias(using)
         self.wake = wake
         self.on_queues = on_queues or wake
+        #: Called with the job id when a running job is cancelled; ignored if None.
+        self.on_cancel = on_cancel
         #: None until probed; False once LISTEN was found not to deliver here.
         self.delivers: bool | None = None
         self._closed = threading.Event()
@@ -154,6 +161,9 @@ class Listener:
             return
         if payload == QUEUES_PAYLOAD:
             self.on_queues()
+        elif payload.startswith(CANCEL_PREFIX):
+            if self.on_cancel is not None:
+                self.on_cancel(payload[len(CANCEL_PREFIX) :])
         else:
             self.wake()
 

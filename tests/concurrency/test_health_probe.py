@@ -31,7 +31,7 @@ from tests.dburl import database_url
 from tests.faults.processes import FaultWorker
 from tests.faults.proxy import Action, FaultProxy, proxy_to_test_database
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 

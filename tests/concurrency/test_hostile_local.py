@@ -43,7 +43,7 @@ from tests.concurrency.local_users import (
     spawn_as,
 )
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 

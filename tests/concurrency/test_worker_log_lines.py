@@ -17,7 +17,7 @@ import pytest
 
 from django_arcature.models import Job, JobStatus
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., Any]
 

@@ -194,3 +194,45 @@ def test_under_the_limit_dead_counts_are_exact() -> None:
     assert not data.dead_estimated
     assert {q.queue: q.dead for q in data.queues}["mail"] == 2
     assert data.dead_total_label == "2"
+
+
+@pytest.mark.django_db
+def test_the_chart_has_a_text_alternative_and_a_table_of_the_same_numbers(
+    admin_client: Client,
+) -> None:
+    """A screen reader hears the chart's name and summary and can read every minute's numbers;
+    the failed series is hatched, so it is told from the succeeded one without its colour."""
+    make_succeeded(3)
+    make_dead(1)
+    page = admin_client.get(DASHBOARD).content.decode()
+    start = page.index('<svg id="arcature-throughput-chart"')
+    svg = page[start : page.index("</svg>", start)]
+    assert 'role="img"' in svg
+    assert 'aria-labelledby="arcature-chart-title"' in svg
+    assert 'aria-describedby="arcature-chart-desc"' in svg
+    assert '<title id="arcature-chart-title">Jobs finished per minute, last hour</title>' in svg
+    assert "3 jobs succeeded and 1 failed in the last 60 minutes." in svg
+    assert re.search(
+        r'<rect class="arcature-bar-failed" fill="url\(#arcature-failed-pattern\)"', svg
+    )
+    assert '<pattern id="arcature-failed-pattern"' in svg
+    assert "arcature-bar-succeeded" in svg
+    assert not re.search(r'class="arcature-bar-succeeded"[^>]*fill=', svg)  # solid: CSS fill
+
+    table_at = page.index('<table id="arcature-chart-table">')
+    table = page[table_at : page.index("</table>", table_at)]
+    assert page.rfind("<details", 0, table_at) > page.rfind("</details>", 0, table_at)
+    assert "<caption>Jobs finished per minute, last hour</caption>" in table
+    assert table.count('<th scope="col"') == 3
+    rows = re.findall(
+        r'<tr>\s*<th scope="row"><time datetime="([^"]+)">(\d\d:\d\d)</time></th>\s*'
+        r'<td class="arcature-num">(\d+)</td>\s*<td class="arcature-num">(\d+)</td>',
+        table,
+    )
+    assert len(rows) == 60
+    minutes = re.findall(
+        r'<g class="arcature-minute" data-succeeded="(\d+)" data-failed="(\d+)"', svg
+    )
+    assert [(s, f) for _, _, s, f in rows] == minutes
+    assert (rows[-1][2], rows[-1][3]) == ("3", "1")
+    assert datetime.datetime.fromisoformat(rows[-1][0]) <= timezone.now()

@@ -85,15 +85,15 @@ def test_prune_older_than_the_bound_runs_on_every_database() -> None:
     )
     out = io.StringIO()
     call_command("arcature_prune", "--dry-run", "--older-than", "36525d", stdout=out)
-    assert "would delete 0 job(s) in all" in out.getvalue()
+    assert "would delete 0 jobs in all" in out.getvalue()
     out = io.StringIO()
     call_command("arcature_prune", "--older-than", "36525d", stdout=out)
-    assert "deleted 0 job(s) in all" in out.getvalue()
+    assert "deleted 0 jobs in all" in out.getvalue()
     assert Job.objects.filter(pk=job.pk).exists()
     with override_settings(ARCATURE={"RETENTION": {"dead": "36525d"}}):
         out = io.StringIO()
         call_command("arcature_prune", stdout=out)
-    assert "deleted 0 job(s) in all" in out.getvalue()
+    assert "deleted 0 jobs in all" in out.getvalue()
 
 
 @pytest.mark.parametrize("option", ["--max-runtime", "--drain-timeout"])

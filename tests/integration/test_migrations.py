@@ -59,13 +59,45 @@ def test_postgresql_insert_trigger_is_recreated() -> None:
             )
             return [name for (name,) in cursor.fetchall()]
 
-    assert triggers() == ["arcature_notify_inserted"]
+    every = ["arcature_notify_cancelled", "arcature_notify_finished", "arcature_notify_inserted"]
+    assert sorted(triggers()) == every
     try:
         call_command("migrate", "django_arcature", "0001", verbosity=0)
         assert triggers() == []
     finally:
         call_command("migrate", "django_arcature", verbosity=0)
-    assert triggers() == ["arcature_notify_inserted"]
+    assert sorted(triggers()) == every
+
+
+@pytest.mark.only_on("postgresql", reason="the wait and cancel triggers exist there only")
+@pytest.mark.django_db(transaction=True)
+def test_postgresql_finish_notify_migration_both_ways() -> None:
+    """0013 adds the waiters' mark and its two triggers; reversed, neither is left."""
+
+    def state() -> tuple[list[str], bool]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+                [TABLE],
+            )
+            names = sorted(name for (name,) in cursor.fetchall())
+            cursor.execute(
+                "SELECT 1 FROM information_schema.columns "
+                "WHERE table_name = %s AND column_name = 'arcature_waited'",
+                [TABLE],
+            )
+            return names, cursor.fetchone() is not None
+
+    assert state() == (
+        ["arcature_notify_cancelled", "arcature_notify_finished", "arcature_notify_inserted"],
+        True,
+    )
+    try:
+        call_command("migrate", "django_arcature", "0012", verbosity=0)
+        assert state() == (["arcature_notify_inserted"], False)
+    finally:
+        call_command("migrate", "django_arcature", verbosity=0)
+    assert state()[1] is True
 
 
 @pytest.mark.only_on("postgresql", reason="table storage options are PostgreSQL's (0008)")

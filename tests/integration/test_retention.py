@@ -156,8 +156,8 @@ def test_prune_command_dry_run_and_real_run() -> None:
     make(JobStatus.PENDING, 2)
     out = StringIO()
     call_command("arcature_prune", "--dry-run", "--older-than", "7d", stdout=out)
-    assert "would delete 4 job(s): succeeded older than 7 days" in out.getvalue()
-    assert "would delete 6 job(s) in all (dry run)" in out.getvalue()
+    assert "would delete 4 jobs: succeeded older than 7 days" in out.getvalue()
+    assert "would delete 6 jobs in all (dry run)" in out.getvalue()
     assert Job.objects.count() == 8
     out = StringIO()
     call_command(
@@ -170,7 +170,7 @@ def test_prune_command_dry_run_and_real_run() -> None:
         "default",
         stdout=out,
     )
-    assert "deleted 4 job(s) in all" in out.getvalue()
+    assert "deleted 4 jobs in all" in out.getvalue()
     assert Job.objects.filter(status="succeeded").count() == 0
     assert Job.objects.filter(status="cancelled").count() == 2
     assert Job.objects.filter(status="pending").count() == 2

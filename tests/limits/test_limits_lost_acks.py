@@ -29,6 +29,7 @@ from tests.limits.occupancy import max_overlap, runs
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
+    pytest.mark.heavy,
     pytest.mark.only_on(
         "postgresql", "mysql", reason="SQLite has no connection to a server that could be cut"
     ),

@@ -28,7 +28,7 @@ from django_arcature.queues.models import SlotHold
 from tests.concurrency.conftest import WorkerProcess, wait_until
 from tests.limits.occupancy import Run, busiest_window, max_overlap, runs
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 SOAK = os.environ.get("ARCATURE_SOAK") == "1"

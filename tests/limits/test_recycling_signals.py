@@ -23,7 +23,7 @@ from django_arcature.models import Job, JobStatus
 from django_arcature.worker.handlers import EXIT_TOO_MANY_ABANDONED_THREADS
 from tests.concurrency.conftest import WorkerProcess, read_events, wait_started, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 

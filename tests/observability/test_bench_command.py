@@ -58,9 +58,17 @@ def test_json_results_and_only_its_own_rows_are_touched() -> None:
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert results["database"] == connection.vendor
-    for key in ("enqueue_single_per_s", "enqueue_bulk_per_s", "pickup_p50_ms", "pickup_p95_ms"):
+    for key in (
+        "enqueue_single_per_s",
+        "enqueue_bulk_per_s",
+        "enqueue_in_transaction_p50_us",
+        "enqueue_in_transaction_p99_us",
+        "pickup_p50_ms",
+        "pickup_p95_ms",
+    ):
         assert results[key] > 0, key
     assert results["pickup_p95_ms"] >= results["pickup_p50_ms"]
+    assert results["enqueue_in_transaction_p99_us"] >= results["enqueue_in_transaction_p50_us"]
     assert set(results["drain_per_s"]) == {"1", "2"}
     assert all(rate > 0 for rate in results["drain_per_s"].values())
     # CPU per job, the workers' (Linux) and PostgreSQL's backends' (server on this host).
@@ -96,20 +104,22 @@ def test_table_output() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"django-arcature on {connection.vendor}")
-    assert "load average" in lines[0]
-    labels = [re.split(r"\s{2,}", line.strip())[0] for line in lines[1:]]
-    assert labels[:9] == [
+    assert lines[1].startswith("load average: ")
+    labels = [re.split(r"\s{2,}", line.strip())[0] for line in lines[2:]]
+    assert labels[:11] == [
         "enqueue, one by one",
+        "enqueue in a transaction p50 / p99",
         "enqueue, bulk",
         "drain, 1 worker process",
         "drain, 2 worker processes",
-        "CPU per job, 1 process",
-        "CPU per job, 2 processes",
+        "CPU per job, 1 worker process",
+        "CPU per job, 2 worker processes",
         "idle pickup p50 / p95",
         "to the handler thread",
-        "enqueue python (p50)",
+        "enqueue_python p50",
+        "enqueue_commit p50",
     ]
-    assert labels[-1] == "hand off (p50)"
+    assert labels[-1] == "hand_off p50"
     assert "measuring: drain with 2" in done.stderr  # progress goes to stderr
 
 

@@ -65,3 +65,17 @@ def record(path: str, label: str, seconds: float = 0.0) -> str:
     with open(path, "a") as runs:
         runs.write(label + "\n")
     return label
+
+
+@job(name="wf.async_until_cancelled", max_attempts=1)
+async def async_until_cancelled(path: str, seconds: float) -> str:
+    """Sleeps ``seconds``; writes ``path`` if its task is cancelled (CancelledError) meanwhile."""
+    import asyncio
+    from pathlib import Path
+
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        Path(path).write_text("cancelled")
+        raise
+    return "slept"

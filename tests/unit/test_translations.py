@@ -243,3 +243,54 @@ def test_a_system_check_speaks_the_active_language(language: str, expected: str)
     assert "'jobs'" in message.msg
     assert message.hint is not None
     assert "db.sqlite3" in message.hint
+
+
+COMMAND = """
+import argparse
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.translation import gettext, gettext_lazy, pgettext
+from django_arcature.management.wording import Translated
+
+def _port(text):
+    raise argparse.ArgumentTypeError(f"not a port: {text}")
+
+class Command(BaseCommand):
+    help = "Pause a queue."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="Print JSON.")
+        parser.add_argument("--force", help=gettext("Pause it anyway."))
+
+    def handle(self, *args, **options):
+        self.stdout.write(json.dumps({"queue": "email"}))
+        self.stdout.write(f"queue {options['name']} paused")
+        self.stderr.write(self.style.WARNING("Careful"))
+        self.stdout.write(gettext("%(name)s: %(state)s") % {"name": "x", "state": "running"})
+        self.stdout.write(gettext("%(name)s: %(state)s") % {"state": pgettext("q", "paused")})
+        raise CommandError("needs a queue name")
+
+class Other(BaseCommand):
+    help = Translated(gettext_lazy("Resume a queue."))
+"""
+
+
+def test_the_scanner_finds_unmarked_command_text() -> None:
+    """What a person reads from a command: its help, its options' help, what it writes,
+    and its errors; a JSON line has no literal with words in it."""
+    found = i18n_scan.scan_python(COMMAND, "management/commands/arcature_demo.py")
+    assert [(u.line, u.text) for u in found] == [
+        (8, "not a port:"),
+        (11, "Pause a queue."),
+        (14, "Print JSON."),
+        (19, "paused"),
+        (19, "queue"),
+        (20, "Careful"),
+        (21, "running"),
+        (23, "needs a queue name"),
+    ]
+
+
+def test_the_scanner_reads_command_rules_only_in_management_modules() -> None:
+    """``worker/health.py`` builds an argparse parser too, without Django on purpose
+    (``python -m django_arcature.worker.health``): its help is not a command's."""
+    assert i18n_scan.scan_python(COMMAND, "worker/health.py") == []

@@ -1,4 +1,9 @@
-"""``manage.py arcature_bench``: measure the queue on this project's own database."""
+"""``manage.py arcature_bench``: measure the queue on this project's own database.
+
+The table and the progress lines follow the project's ``LANGUAGE_CODE``
+(``management/wording.py``); ``--json`` does not: its keys are what
+``benchmarks/`` and dashboards read, the same in every language.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db import connections
+from django.utils.text import format_lazy
+from django.utils.translation import gettext, gettext_lazy, ngettext
 
 from django_arcature.bench.jobs import TASK
 from django_arcature.bench.measure import (
@@ -27,6 +34,17 @@ from django_arcature.bench.measure import (
 )
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
+from django_arcature.management.wording import Translated, ljust, rjust, width
+
+
+def _cpu(worker: float, server: float | None) -> str:
+    """A drain's CPU per job: the workers', and PostgreSQL's where it was read."""
+    if server is None:
+        return gettext("worker %(worker)s µs") % {"worker": f"{worker:,.0f}"}
+    return gettext("worker %(worker)s µs, PostgreSQL %(server)s µs") % {
+        "worker": f"{worker:,.0f}",
+        "server": f"{server:,.0f}",
+    }
 
 
 def _load_average() -> str:
@@ -34,7 +52,7 @@ def _load_average() -> str:
     try:
         return " ".join(f"{value:.2f}" for value in os.getloadavg())
     except OSError:  # not available on this platform
-        return "unknown"
+        return "-"
 
 
 def _positive(text: str) -> int:
@@ -69,27 +87,44 @@ def _sigterm_stops(bench: Bench) -> Iterator[None]:
 
 
 class Command(RefusedDatabaseStopsCommand):
-    help = (
-        "Measure django-arcature on the configured database: enqueue rate (one by one and "
-        "bulk), drain rate with 1..K worker processes, and idle pickup latency. Works in its "
-        f"own scratch queue ({SCRATCH_QUEUE!r} by default), deletes only the rows it created, "
-        "and refuses to start if that queue holds other jobs. Stop workers that serve every "
-        "queue first, or they will take the benchmark's jobs."
+    help = Translated(
+        format_lazy(
+            gettext_lazy(
+                "Measure django-arcature on the configured database: enqueue rate (one by "
+                "one and bulk), drain rate with 1..K worker processes, and idle pickup "
+                "latency. Works in its own scratch queue ({queue} by default), deletes only "
+                "the rows it created, and refuses to start if that queue holds other jobs. "
+                "Stop workers that serve every queue first, or they will take the benchmark's "
+                "jobs."
+            ),
+            queue=repr(SCRATCH_QUEUE),
+        )
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--jobs", type=_positive, default=5000, help="Jobs per drain/bulk.")
         parser.add_argument(
-            "--single", type=_positive, default=500, help="Jobs enqueued one by one."
+            "--jobs", type=_positive, default=5000, help=gettext("Jobs per drain/bulk.")
         )
         parser.add_argument(
-            "--workers", type=_positive, default=2, help="Drain with 1 up to this many processes."
+            "--single", type=_positive, default=500, help=gettext("Jobs enqueued one by one.")
         )
-        parser.add_argument("--samples", type=_positive, default=20, help="Pickup samples.")
-        parser.add_argument("--repeat", type=_positive, default=1, help="Runs per figure (median).")
-        parser.add_argument("--queue", default=SCRATCH_QUEUE, help="The scratch queue.")
+        parser.add_argument(
+            "--workers",
+            type=_positive,
+            default=2,
+            help=gettext("Drain with 1 up to this many processes."),
+        )
+        parser.add_argument(
+            "--samples", type=_positive, default=20, help=gettext("Pickup samples.")
+        )
+        parser.add_argument(
+            "--repeat", type=_positive, default=1, help=gettext("Runs per figure (median).")
+        )
+        parser.add_argument("--queue", default=SCRATCH_QUEUE, help=gettext("The scratch queue."))
         add_database_argument(parser)
-        parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+        parser.add_argument(
+            "--json", action="store_true", help=gettext("Print JSON instead of a table.")
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = self.migrated_database(options)
@@ -120,11 +155,14 @@ class Command(RefusedDatabaseStopsCommand):
             with _sigterm_stops(bench):
                 self._measure(bench, options, results)
                 if bench.stop.is_set():
-                    raise BenchInterrupted("stopped by SIGTERM")
+                    raise BenchInterrupted(gettext("stopped by SIGTERM"))
         except (BenchFailed, BenchInterrupted) as exc:
             if isinstance(exc, BenchInterrupted):
                 exc = BenchInterrupted(
-                    f"{exc}; the benchmark's workers were stopped and its rows deleted"
+                    gettext(
+                        "%(problem)s; the benchmark's workers were stopped and its rows deleted"
+                    )
+                    % {"problem": exc}
                 )
             raise CommandError(str(exc)) from None
         finally:
@@ -140,11 +178,13 @@ class Command(RefusedDatabaseStopsCommand):
 
     def _measure(self, bench: Bench, options: dict[str, Any], results: dict[str, Any]) -> None:
         repeat = options["repeat"]
-        self._progress(options, "enqueue one by one")
+        self._progress(options, gettext("enqueue one by one"))
         results["enqueue_single_per_s"] = statistics.median(
             bench.enqueue_single(options["single"]) for _ in range(repeat)
         )
-        self._progress(options, "enqueue in bulk")
+        self._progress(options, gettext("enqueue inside a transaction"))
+        results.update(bench.enqueue_in_transaction(options["single"]))
+        self._progress(options, gettext("enqueue in bulk"))
         results["enqueue_bulk_per_s"] = statistics.median(
             bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
         )
@@ -152,7 +192,15 @@ class Command(RefusedDatabaseStopsCommand):
         worker_cpu: dict[str, float] = {}
         server_cpu: dict[str, float] = {}
         for processes in range(1, options["workers"] + 1):
-            self._progress(options, f"drain with {processes} worker process(es)")
+            self._progress(
+                options,
+                ngettext(
+                    "drain with %(count)d worker process",
+                    "drain with %(count)d worker processes",
+                    processes,
+                )
+                % {"count": processes},
+            )
             rates, workers, server = [], [], []
             for _ in range(repeat):
                 rates.append(bench.drain(options["jobs"], processes))
@@ -169,52 +217,79 @@ class Command(RefusedDatabaseStopsCommand):
         # CPU per job is steadier than the rate on a busy machine (Linux only).
         results["drain_worker_cpu_us_per_job"] = worker_cpu
         results["drain_server_cpu_us_per_job"] = server_cpu
-        self._progress(options, "idle pickup latency")
+        self._progress(options, gettext("idle pickup latency"))
         results.update(bench.pickup(options["samples"]))
         results["load_average"] = _load_average()
 
     def _progress(self, options: dict[str, Any], what: str) -> None:
         if not options["json"] and options["verbosity"] >= 1:
-            self.stderr.write(f"measuring: {what}…")
+            self.stderr.write(gettext("measuring: %(what)s…") % {"what": what})
 
     def _table(self, r: dict[str, Any]) -> None:
+        def rate(per_second: float) -> str:
+            return gettext("%(rate)s jobs/s") % {"rate": f"{per_second:,.0f}"}
+
         rows = [
-            ("enqueue, one by one", f"{r['enqueue_single_per_s']:,.0f} jobs/s"),
-            ("enqueue, bulk", f"{r['enqueue_bulk_per_s']:,.0f} jobs/s"),
+            (gettext("enqueue, one by one"), rate(r["enqueue_single_per_s"])),
+            (
+                gettext("enqueue in a transaction p50 / p99"),
+                f"{r['enqueue_in_transaction_p50_us']:,.0f} µs / "
+                f"{r['enqueue_in_transaction_p99_us']:,.0f} µs",
+            ),
+            (gettext("enqueue, bulk"), rate(r["enqueue_bulk_per_s"])),
             *(
-                (f"drain, {n} worker process{'es' if n != '1' else ''}", f"{rate:,.0f} jobs/s")
-                for n, rate in r["drain_per_s"].items()
+                (
+                    ngettext(
+                        "drain, %(count)d worker process",
+                        "drain, %(count)d worker processes",
+                        int(n),
+                    )
+                    % {"count": int(n)},
+                    rate(per_second),
+                )
+                for n, per_second in r["drain_per_s"].items()
             ),
             *(
                 (
-                    f"  CPU per job, {n} process{'es' if n != '1' else ''}",
-                    f"worker {us:,.0f} µs"
-                    + (
-                        f", PostgreSQL {r['drain_server_cpu_us_per_job'][n]:,.0f} µs"
-                        if n in r["drain_server_cpu_us_per_job"]
-                        else ""
-                    ),
+                    "  "
+                    + ngettext(
+                        "CPU per job, %(count)d worker process",
+                        "CPU per job, %(count)d worker processes",
+                        int(n),
+                    )
+                    % {"count": int(n)},
+                    _cpu(us, r["drain_server_cpu_us_per_job"].get(n)),
                 )
                 for n, us in r["drain_worker_cpu_us_per_job"].items()
             ),
             (
-                "idle pickup p50 / p95",
+                gettext("idle pickup p50 / p95"),
                 f"{r['pickup_p50_ms']:.1f} ms / {r['pickup_p95_ms']:.1f} ms",
             ),
         ]
         if "pickup_handler_p50_ms" in r:
             rows.append(
                 (
-                    "  to the handler thread",
+                    "  " + gettext("to the handler thread"),
                     f"{r['pickup_handler_p50_ms']:.1f} ms / {r['pickup_handler_p95_ms']:.1f} ms",
                 )
             )
+            # The steps by their names in the JSON output: technical names, not prose.
             for step, ms in r["pickup_breakdown"]["steps_p50_ms"].items():
-                rows.append((f"    {step.replace('_', ' ')} (p50)", f"{ms:.2f} ms"))
-        width = max(len(name) for name, _ in rows)
+                rows.append((f"    {step} p50", f"{ms:.2f} ms"))
+        names = max(width(name) for name, _ in rows)
         self.stdout.write(
-            f"django-arcature on {r['database']} ({r['jobs']:,} no-op jobs per drain, "
-            f"median of {r['repeat']}), {r['seconds']}s, load average {r['load_average']}"
+            gettext(
+                "django-arcature on %(database)s (%(jobs)s no-op jobs per drain, "
+                "median of %(repeat)d), %(seconds)ss"
+            )
+            % {
+                "database": r["database"],
+                "jobs": f"{r['jobs']:,}",
+                "repeat": r["repeat"],
+                "seconds": r["seconds"],
+            }
         )
+        self.stdout.write(gettext("load average: %(load)s") % {"load": r["load_average"]})
         for name, value in rows:
-            self.stdout.write(f"  {name.ljust(width)}  {value:>22}")
+            self.stdout.write(f"  {ljust(name, names)}  {rjust(value, 22)}")

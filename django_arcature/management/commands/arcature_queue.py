@@ -1,4 +1,8 @@
-"""``manage.py arcature_queue pause|resume|list [NAME]``: queue control from the shell."""
+"""``manage.py arcature_queue pause|resume|list [NAME]``: queue control from the shell.
+
+It speaks the project's ``LANGUAGE_CODE`` (``management/wording.py``); the action
+names ``pause``, ``resume`` and ``list`` are arguments, not words, and stay as typed.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,23 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import Count, Q
+from django.utils.translation import gettext, gettext_lazy, pgettext
 
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.options import queue_name
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
+from django_arcature.management.wording import Translated, describe_limit
 from django_arcature.queues.control import pause, resume
 from django_arcature.queues.limits import read_limits
 from django_arcature.queues.names import named_queues
 
 
 class Command(RefusedDatabaseStopsCommand):
-    help = "Pause or resume a queue across every worker, or list queues with their state."
+    help = Translated(
+        gettext_lazy(
+            "Pause or resume a queue across every worker, or list queues with their state."
+        )
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["pause", "resume", "list"])
@@ -25,15 +35,19 @@ class Command(RefusedDatabaseStopsCommand):
             "name",
             nargs="?",
             type=queue_name,
-            help="The queue (required for pause and resume); the names --queue of "
-            "arcature_worker takes.",
+            help=gettext(
+                "The queue (required for pause and resume); the names --queue of "
+                "arcature_worker takes."
+            ),
         )
         parser.add_argument(
             "--force",
             action="store_true",
-            help="Pause a queue that nothing names yet (no @job, ARCATURE['QUEUES'] entry or "
-            "live job), e.g. ahead of its first job. Without it such a name is refused as a "
-            "likely typo.",
+            help=gettext(
+                "Pause a queue that nothing names yet (no @job, ARCATURE['QUEUES'] entry or "
+                "live job), e.g. ahead of its first job. Without it such a name is refused as "
+                "a likely typo."
+            ),
         )
         add_database_argument(parser)
 
@@ -44,21 +58,33 @@ class Command(RefusedDatabaseStopsCommand):
             self._list(using, name)
             return
         if not name:
-            raise CommandError(f"arcature_queue {action} needs a queue name")
+            raise CommandError(
+                gettext("arcature_queue %(action)s needs a queue name") % {"action": action}
+            )
         if action == "pause":
-            unnamed = _spelling_note(name, named_queues(using))
-            if unnamed and not options["force"]:
+            refusal = _unnamed_refusal(name, named_queues(using))
+            if refusal and not options["force"]:
                 # Refused rather than paused with a note: the row would outlive the typo,
                 # and the real queue would keep running.
-                raise CommandError(f"not pausing {name!r}{unnamed}; pass --force to pause it")
+                raise CommandError(refusal)
             changed = pause(name, using)
             self.stdout.write(
-                f"queue {name} paused" if changed else f"queue {name} was already paused"
+                (
+                    gettext("queue %(name)s paused")
+                    if changed
+                    else gettext("queue %(name)s was already paused")
+                )
+                % {"name": name}
             )
         else:
             changed = resume(name, using)
             self.stdout.write(
-                f"queue {name} resumed" if changed else f"queue {name} was not paused"
+                (
+                    gettext("queue %(name)s resumed")
+                    if changed
+                    else gettext("queue %(name)s was not paused")
+                )
+                % {"name": name}
             )
 
     def _list(self, using: str, only: str | None) -> None:
@@ -81,30 +107,57 @@ class Command(RefusedDatabaseStopsCommand):
         if only:
             if only not in names and only not in named_queues(using):
                 self.stdout.write(
-                    f"{only}: no such queue (no @job, ARCATURE['QUEUES'] entry, pause flag "
-                    "or live job)"
+                    gettext(
+                        "%(name)s: no such queue (no @job, ARCATURE['QUEUES'] entry, pause "
+                        "flag or live job)"
+                    )
+                    % {"name": only}
                 )
                 return
             names = [only]
         if not names:
-            self.stdout.write("no queues")
+            self.stdout.write(gettext("no queues"))
             return
         for queue in names:
             state = states.get(queue)
             row = counts.get(queue, {})
-            paused = "paused" if state is not None and state.paused else "running"
+            values = {
+                "name": queue,
+                "state": (
+                    pgettext("queue state", "paused")
+                    if state is not None and state.paused
+                    else pgettext("queue state", "running")
+                ),
+                "pending": row.get("pending", 0),
+                "running": row.get("running", 0),
+            }
             limit = limits.get(queue)
-            self.stdout.write(
-                f"{queue}: {paused}, {row.get('pending', 0)} pending, "
-                f"{row.get('running', 0)} running"
-                + (f"; limits: {limit.describe()}" if limit else "")
-            )
+            if limit:
+                values["limits"] = describe_limit(limit)
+                line = gettext(
+                    "%(name)s: %(state)s, %(pending)d pending, %(running)d running; "
+                    "limits: %(limits)s"
+                )
+            else:
+                line = gettext("%(name)s: %(state)s, %(pending)d pending, %(running)d running")
+            self.stdout.write(line % values)
 
 
-def _spelling_note(name: str, named: set[str]) -> str:
-    """Pausing ahead of any job is allowed; a typo would leave the real queue running."""
+def _unnamed_refusal(name: str, named: set[str]) -> str:
+    """Why pausing ``name`` is refused without --force, or "" when something names it.
+
+    Pausing ahead of any job is allowed; a typo would leave the real queue running.
+    Whole sentences, not a note glued to a prefix, so that each language can order them.
+    """
     if name in named:
         return ""
     nearest = difflib.get_close_matches(name, sorted(named), n=1)
-    hint = f"; did you mean {nearest[0]!r}?" if nearest else "; check the spelling"
-    return f": no @job, ARCATURE['QUEUES'] entry or live job names it{hint}"
+    if nearest:
+        return gettext(
+            "not pausing %(name)r: no @job, ARCATURE['QUEUES'] entry or live job names it; "
+            "did you mean %(nearest)r?; pass --force to pause it"
+        ) % {"name": name, "nearest": nearest[0]}
+    return gettext(
+        "not pausing %(name)r: no @job, ARCATURE['QUEUES'] entry or live job names it; "
+        "check the spelling; pass --force to pause it"
+    ) % {"name": name}

@@ -1,4 +1,9 @@
-"""``manage.py arcature_status``: queue depths, oldest waiting job, recent failures."""
+"""``manage.py arcature_status``: queue depths, oldest waiting job, recent failures.
+
+The table speaks the project's ``LANGUAGE_CODE`` (``management/wording.py``);
+``--json`` does not: its keys, queue names and error kinds (``timeout``,
+``exhausted``...) are data for scripts and dashboards, the same in every language.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 from django.db.models import Count, Min, Q
+from django.utils.translation import gettext, gettext_lazy, ngettext, pgettext
 
 from django_arcature.db.clock import database_now
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.options import minutes
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
+from django_arcature.management.wording import Translated, ljust, rjust, width
 from django_arcature.models import Job, JobStatus
 from django_arcature.queues.control import paused_queues
 
@@ -22,18 +29,20 @@ def _age(seconds: float | None) -> str:
         return "-"
     seconds = max(seconds, 0.0)
     if seconds < 120:
-        return f"{seconds:.0f}s"
+        return pgettext("age in seconds", "%(value).0fs") % {"value": seconds}
     if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
+        return pgettext("age in minutes", "%(value).0fm") % {"value": seconds / 60}
     if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+        return pgettext("age in hours", "%(value).1fh") % {"value": seconds / 3600}
+    return pgettext("age in days", "%(value).1fd") % {"value": seconds / 86400}
 
 
 class Command(RefusedDatabaseStopsCommand):
-    help = (
-        "Show each queue's depth (ready, scheduled, running), how long its oldest ready job "
-        "has waited and whether it is paused, and how many jobs failed recently, by error kind."
+    help = Translated(
+        gettext_lazy(
+            "Show each queue's depth (ready, scheduled, running), how long its oldest ready job "
+            "has waited and whether it is paused, and how many jobs failed recently, by error kind."
+        )
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -42,9 +51,11 @@ class Command(RefusedDatabaseStopsCommand):
             type=minutes,
             default=60.0,
             metavar="MINUTES",
-            help="Count failures from this many minutes back. Default: 60.",
+            help=gettext("Count failures from this many minutes back. Default: 60."),
         )
-        parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+        parser.add_argument(
+            "--json", action="store_true", help=gettext("Print JSON instead of a table.")
+        )
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -110,25 +121,64 @@ class Command(RefusedDatabaseStopsCommand):
     def print_table(self, report: dict[str, Any]) -> None:
         queues = report["queues"]
         if not queues:
-            self.stdout.write("No pending or running jobs.")
+            self.stdout.write(gettext("No pending or running jobs."))
         else:
-            width = max(5, *(len(q["queue"]) for q in queues))
-            header = (
-                f"{'queue':<{width}}  {'ready':>7}  {'scheduled':>9}  {'running':>7}  "
-                "oldest ready  paused"
-            )
-            self.stdout.write(header)
-            for q in queues:
-                self.stdout.write(
-                    f"{q['queue']:<{width}}  {q['ready']:>7}  {q['scheduled']:>9}  "
-                    f"{q['running']:>7}  {_age(q['oldest_ready_seconds']):<12}  "
-                    f"{'yes' if q['paused'] else '-'}"
-                )
+            headings = [
+                pgettext("status column", "queue"),
+                pgettext("status column", "ready"),
+                pgettext("status column", "scheduled"),
+                pgettext("status column", "running"),
+                pgettext("status column", "oldest ready"),
+                pgettext("status column", "paused"),
+            ]
+            rows = [
+                [
+                    q["queue"],
+                    str(q["ready"]),
+                    str(q["scheduled"]),
+                    str(q["running"]),
+                    _age(q["oldest_ready_seconds"]),
+                    pgettext("queue is paused", "yes") if q["paused"] else "-",
+                ]
+                for q in queues
+            ]
+            # Each column as wide as its heading or its widest cell, in terminal columns
+            # (a Japanese heading takes two per character); counts right-aligned.
+            widths = [max(width(row[i]) for row in [headings, *rows]) for i in range(6)]
+            widths[1] = max(widths[1], 7)
+            widths[3] = max(widths[3], 7)
+            for row in [headings, *rows]:
+                cells = [
+                    ljust(cell, widths[i]) if i in (0, 4) else rjust(cell, widths[i])
+                    for i, cell in enumerate(row[:5])
+                ]
+                self.stdout.write("  ".join([*cells, row[5]]))
         minutes = report["failures_since_minutes"]
+        # The plural form for a whole count; a fraction of minutes reads as a plural.
+        plural = int(minutes) if float(minutes).is_integer() else 2
         failures = report["failures"]
         if failures:
-            kinds = ", ".join(f"{count} {kind}" for kind, count in failures.items())
-            self.stdout.write(f"Failed in the last {minutes:g} minutes: {kinds}.")
+            # The error kinds stay as stored: they are the values the admin filters on.
+            kinds = pgettext("list separator", ", ").join(
+                f"{number} {kind}" for kind, number in failures.items()
+            )
+            self.stdout.write(
+                ngettext(
+                    "Failed in the last %(minutes)s minute: %(kinds)s.",
+                    "Failed in the last %(minutes)s minutes: %(kinds)s.",
+                    plural,
+                )
+                % {"minutes": f"{minutes:g}", "kinds": kinds}
+            )
         else:
-            self.stdout.write(f"No failures in the last {minutes:g} minutes.")
-        self.stdout.write(f"Dead jobs kept for inspection: {report['dead_total']}.")
+            self.stdout.write(
+                ngettext(
+                    "No failures in the last %(minutes)s minute.",
+                    "No failures in the last %(minutes)s minutes.",
+                    plural,
+                )
+                % {"minutes": f"{minutes:g}"}
+            )
+        self.stdout.write(
+            gettext("Dead jobs kept for inspection: %(count)d.") % {"count": report["dead_total"]}
+        )

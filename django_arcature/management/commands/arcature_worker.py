@@ -1,4 +1,11 @@
-"""``manage.py arcature_worker``: parse the options, build a Worker, run it."""
+"""``manage.py arcature_worker``: parse the options, build a Worker, run it.
+
+``--help``, the option errors and the warnings printed before the loop starts
+follow the project's ``LANGUAGE_CODE`` (``management/wording.py``). The log lines
+of the running worker stay English on purpose: log searches, alerts and the
+``ARCATURE["LOG_FORMAT"] = "json"`` records are matched on their wording in every
+project, whatever language its admin speaks.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext, gettext_lazy
 
 from django_arcature.checks.writers import writer_messages
 from django_arcature.conf import (
@@ -25,6 +33,7 @@ from django_arcature.core.durations import parse_duration
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.options import queue_name, seconds, whole_number
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
+from django_arcature.management.wording import Translated
 from django_arcature.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO}
@@ -33,21 +42,27 @@ LEVELS = {0: logging.WARNING, 1: logging.INFO}
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+        raise argparse.ArgumentTypeError(
+            gettext("must be at least 1, not %(value)s") % {"value": value}
+        )
     return value
 
 
 def _port(text: str) -> int:
     value = int(text)
     if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), not {value}")
+        raise argparse.ArgumentTypeError(
+            gettext("must be a TCP port (1-65535), not %(value)s") % {"value": value}
+        )
     return value
 
 
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        raise argparse.ArgumentTypeError(
+            gettext("must be above 0, not %(value)s") % {"value": text}
+        )
     return value
 
 
@@ -57,16 +72,30 @@ def _duration_seconds(text: str) -> float:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        raise argparse.ArgumentTypeError(
+            gettext("must be above 0, not %(value)s") % {"value": text}
+        )
     return seconds
 
 
+def _defaulted(text: str, value: object) -> str:
+    """A help text with the setting's value as its ``%(default)s``.
+
+    Not argparse's own ``%(default)s``: the option's default is "unset" (None), so
+    that the ARCATURE setting decides. argparse %-formats every help text again,
+    hence the doubled ``%`` of whatever the translation holds.
+    """
+    return (text % {"default": value}).replace("%", "%%")
+
+
 class Command(RefusedDatabaseStopsCommand):
-    help = (
-        "Run background jobs: claim them from the database, run them on a thread pool and "
-        "record each outcome. Stop with SIGTERM or Ctrl-C: running jobs get "
-        "--shutdown-timeout seconds to finish, then go back to the queue; a second signal "
-        "exits at once. Defaults come from the ARCATURE setting."
+    help = Translated(
+        gettext_lazy(
+            "Run background jobs: claim them from the database, run them on a thread pool and "
+            "record each outcome. Stop with SIGTERM or Ctrl-C: running jobs get "
+            "--shutdown-timeout seconds to finish, then go back to the queue; a second signal "
+            "exits at once. Defaults come from the ARCATURE setting."
+        )
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -82,7 +111,7 @@ class Command(RefusedDatabaseStopsCommand):
             dest="queues",
             type=queue_name,
             metavar="NAME",
-            help="Run jobs from this queue; repeat for several. Default: every queue.",
+            help=gettext("Run jobs from this queue; repeat for several. Default: every queue."),
         )
         parser.add_argument(
             "--exclude-queue",
@@ -91,120 +120,159 @@ class Command(RefusedDatabaseStopsCommand):
             type=queue_name,
             default=[],
             metavar="NAME",
-            help="Serve every queue (or every --queue) except this one; repeatable.",
+            help=gettext("Serve every queue (or every --queue) except this one; repeatable."),
         )
         parser.add_argument(
             "--concurrency",
             type=whole_number(1, MAX_CONCURRENCY),
             metavar="N",
-            help=f"Handler threads (each runs async handlers on an event loop of its own). "
-            f"Default: {conf.concurrency}.",
+            help=_defaulted(
+                gettext(
+                    "Handler threads (each runs async handlers on an event loop of its own). "
+                    "Default: %(default)s."
+                ),
+                conf.concurrency,
+            ),
         )
         parser.add_argument(
             "--batch",
             type=whole_number(1, MAX_BATCH_SIZE),
             metavar="N",
-            help=f"Most jobs claimed in one database round trip. Default: {conf.batch_size}.",
+            help=_defaulted(
+                gettext("Most jobs claimed in one database round trip. Default: %(default)s."),
+                conf.batch_size,
+            ),
         )
         parser.add_argument(
             "--lease",
             type=whole_number(1, MAX_LEASE_SECONDS),
             metavar="SECONDS",
-            help="How long a claim lives without a heartbeat; the worker heartbeats every "
-            f"third of it, so jobs may run longer. Default: {conf.lease_seconds}.",
+            help=_defaulted(
+                gettext(
+                    "How long a claim lives without a heartbeat; the worker heartbeats every "
+                    "third of it, so jobs may run longer. Default: %(default)s."
+                ),
+                conf.lease_seconds,
+            ),
         )
         parser.add_argument(
             "--poll-interval",
             type=seconds(0, MAX_INTERVAL_SECONDS, above_low=True),
             metavar="SECONDS",
-            help="Longest wait between looks for new jobs when idle (PostgreSQL is woken "
-            f"at once by LISTEN/NOTIFY). Default: {conf.poll_interval:g}.",
+            help=_defaulted(
+                gettext(
+                    "Longest wait between looks for new jobs when idle (PostgreSQL is woken "
+                    "at once by LISTEN/NOTIFY). Default: %(default)s."
+                ),
+                f"{conf.poll_interval:g}",
+            ),
         )
         parser.add_argument(
             "--burst",
             action="store_true",
-            help="Claim until a claim comes back empty, finish those jobs, exit 0. Retries and "
-            "delayed jobs not due yet stay pending (see --drain).",
+            help=gettext(
+                "Claim until a claim comes back empty, finish those jobs, exit 0. Retries and "
+                "delayed jobs not due yet stay pending (see --drain)."
+            ),
         )
         parser.add_argument(
             "--drain",
             action="store_true",
-            help="Run until no job of the served queues is pending or running, retries and "
-            "delayed jobs included, then exit 0 (1 if --drain-timeout passes first).",
+            help=gettext(
+                "Run until no job of the served queues is pending or running, retries and "
+                "delayed jobs included, then exit 0 (1 if --drain-timeout passes first)."
+            ),
         )
         parser.add_argument(
             "--drain-timeout",
             type=_duration_seconds,
             metavar="DURATION",
-            help="Longest --drain runs (seconds, or e.g. 90s, 10m).",
+            help=gettext("Longest --drain runs (seconds, or e.g. 90s, 10m)."),
         )
         parser.add_argument(
             "--max-memory",
             type=_positive_float,
             metavar="MB",
-            help="Stop cleanly (exit 0, for the supervisor to restart) once resident memory "
-            "reaches this many MB.",
+            help=gettext(
+                "Stop cleanly (exit 0, for the supervisor to restart) once resident memory "
+                "reaches this many MB."
+            ),
         )
         parser.add_argument(
             "--max-runtime",
             type=_duration_seconds,
             metavar="DURATION",
-            help="Stop cleanly (exit 0) after running this long (seconds, or e.g. 90m, 12h).",
+            help=gettext(
+                "Stop cleanly (exit 0) after running this long (seconds, or e.g. 90m, 12h)."
+            ),
         )
         parser.add_argument(
             "--no-duties",
             action="store_false",
             dest="duties",
-            help="Do not fire periodic schedules or prune finished jobs in this worker.",
+            help=gettext("Do not fire periodic schedules or prune finished jobs in this worker."),
         )
         parser.add_argument(
             "--max-jobs",
             type=_positive_int,
             metavar="N",
-            help="Exit after running this many jobs (to recycle the process).",
+            help=gettext("Exit after running this many jobs (to recycle the process)."),
         )
         parser.add_argument(
             "--worker-id",
             metavar="ID",
-            help="Name recorded on the jobs this worker runs. Default: host:pid:random.",
+            help=gettext("Name recorded on the jobs this worker runs. Default: host:pid:random."),
         )
         parser.add_argument(
             "--shutdown-timeout",
             type=seconds(0, MAX_SHUTDOWN_SECONDS),
             metavar="SECONDS",
-            help="After SIGTERM/SIGINT, how long running jobs may finish before they are "
-            f"handed back to the queue. Default: {conf.shutdown_timeout:g}.",
+            help=_defaulted(
+                gettext(
+                    "After SIGTERM/SIGINT, how long running jobs may finish before they are "
+                    "handed back to the queue. Default: %(default)s."
+                ),
+                f"{conf.shutdown_timeout:g}",
+            ),
         )
         parser.add_argument(
             "--no-listen",
             action="store_false",
             dest="listen",
             default=None,
-            help="PostgreSQL: poll instead of LISTEN/NOTIFY (e.g. behind PgBouncer in "
-            "transaction mode).",
+            help=gettext(
+                "PostgreSQL: poll instead of LISTEN/NOTIFY (e.g. behind PgBouncer in "
+                "transaction mode)."
+            ),
         )
         parser.add_argument(
             "--metrics-port",
             type=_port,
             metavar="PORT",
-            help="Serve Prometheus metrics on this port (needs django-arcature[prometheus]). "
-            "Several workers on one host: set PROMETHEUS_MULTIPROC_DIR and give them all the "
-            "same port (the documentation's “Observability” page).",
+            help=gettext(
+                "Serve Prometheus metrics on this port (needs django-arcature[prometheus]). "
+                "Several workers on one host: set PROMETHEUS_MULTIPROC_DIR and give them all the "
+                "same port (the documentation's “Observability” page).",
+            ),
         )
         parser.add_argument(
             "--metrics-addr",
             default="127.0.0.1",
             metavar="ADDRESS",
-            help="The address the metrics port listens on. Default: 127.0.0.1, this host only; "
-            "0.0.0.0 (every IPv4 interface) or one interface's address to let Prometheus on "
-            "another host scrape it.",
+            help=gettext(
+                "The address the metrics port listens on. Default: 127.0.0.1, this host only; "
+                "0.0.0.0 (every IPv4 interface) or one interface's address to let Prometheus on "
+                "another host scrape it."
+            ),
         )
         parser.add_argument(
             "--health-file",
             metavar="PATH",
-            help="Liveness: the main loop rewrites this JSON file about once a second (state, "
-            "worker id, pid); `manage.py arcature_health --file PATH` checks it without the "
-            "database. Its folder must exist and be writable.",
+            help=gettext(
+                "Liveness: the main loop rewrites this JSON file about once a second (state, "
+                "worker id, pid); `manage.py arcature_health --file PATH` checks it without the "
+                "database. Its folder must exist and be writable."
+            ),
         )
         add_database_argument(parser)
 
@@ -253,8 +321,11 @@ class Command(RefusedDatabaseStopsCommand):
             from django_arcature.contrib.prometheus.server import MetricsPortInUse, MetricsServer
         except ImportError as exc:
             raise CommandError(
-                f"--metrics-port needs prometheus-client ({exc}); "
-                "pip install 'django-arcature[prometheus]'"
+                gettext(
+                    "--metrics-port needs prometheus-client (%(problem)s); "
+                    "pip install 'django-arcature[prometheus]'"
+                )
+                % {"problem": exc}
             ) from exc
         server = MetricsServer(options["metrics_port"], options["metrics_addr"], using=using)
         try:
@@ -270,7 +341,11 @@ class Command(RefusedDatabaseStopsCommand):
             return  # the Worker refuses an unknown alias with its own message
         for message in writer_messages({alias: database}):
             self.stderr.write(
-                self.style.WARNING(f"({message.id}) {message.msg}\n\tHINT: {message.hint}")
+                self.style.WARNING(
+                    # The check's own words, translated where they are written (checks/).
+                    gettext("(%(id)s) %(message)s\n\tHINT: %(hint)s")
+                    % {"id": message.id, "message": message.msg, "hint": message.hint}
+                )
             )
 
     def _configure_logging(self, verbosity: int) -> None:

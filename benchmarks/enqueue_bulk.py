@@ -1,0 +1,402 @@
+"""Bulk enqueue against the physical limit (``COPY`` from ``psql``) and pgqueuer, one run.
+
+    .venv/bin/python benchmarks/enqueue_bulk.py --db postgres --jobs 20000 --rounds 5
+    .venv/bin/python benchmarks/enqueue_bulk.py --db postgres --ablate      # per index/trigger
+    .venv/bin/python benchmarks/enqueue_bulk.py --db mysql,sqlite           # ours only
+
+Contenders, alternating in each round (ABBA), on one database each time emptied
+before a timed stretch:
+
+* **ours**: ``noop.enqueue_many([[]] * 1000)`` called ``--jobs / 1000`` times (a
+  batch of 1,000 per call, each call its own transaction, as pgqueuer's figure).
+* **psql COPY**: the same rows, dumped from the table after our run (``COPY … TO``),
+  loaded with ``psql``'s ``\\copy`` in batches of 1,000 rows, each its own
+  transaction, timed by ``psql`` itself (``\\timing``): the physical limit for these
+  rows, this table and this server, without any client-side work to build them.
+* **pgqueuer** (if installed; benchmark-only): ``Queries.enqueue`` with lists of
+  1,000 entrypoints, payloads and priorities, on psycopg's async connection, into
+  its own database and schema (``pgq install``'s table, trigger and indexes).
+
+Besides the rates: the server's CPU for our rows (the backend's ``utime + stime``
+from ``/proc/<pid>/stat``, per 1,000 rows), this process's CPU per 1,000 rows, and
+with ``--profile`` a cProfile of one round of ours. ``--ablate`` instead loads the
+same rows with ``psql`` into copies of our table that each lack one index, the
+CHECK constraints or the NOTIFY trigger, and reports what each costs per 1,000 rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = os.environ.get("ARCATURE_DB_NAME", "arcature_enqueue_bulk")
+URLS = {
+    "sqlite": f"sqlite:///var/{NAME}.sqlite3",
+    "postgres": f"postgres://arcature:arcature@127.0.0.1:5432/{NAME}",
+    "mysql": f"mysql://arcature:arcature@127.0.0.1:3306/{NAME}",
+}
+PG_ENV = {**os.environ, "PGPASSWORD": "arcature"}
+BATCH = 1000
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def backend_cpu_seconds(pid: int) -> float:
+    """utime + stime of a PostgreSQL backend on this host, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def psql(dbname: str, script: str) -> str:
+    out = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-U", "arcature", "-d", dbname, "-X", "-q", "-v",
+         "ON_ERROR_STOP=1"],
+        input=script, env=PG_ENV, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout
+
+
+class Ours:
+    def __init__(self) -> None:
+        from django.db import connection
+
+        from benchmarks.benchapp.jobs import noop
+        from django_arcature.models import Job
+
+        self.noop = noop
+        self.table = Job._meta.db_table
+        self.connection = connection
+
+    def clear(self) -> None:
+        verb = "DELETE FROM" if self.connection.vendor == "sqlite" else "TRUNCATE TABLE"
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"{verb} {self.table}")
+
+    def backend_pid(self) -> int | None:
+        if self.connection.vendor != "postgresql":
+            return None
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    def run(self, jobs: int) -> dict[str, float]:
+        """Rate, client CPU and server CPU (PostgreSQL) per 1,000 rows."""
+        self.clear()
+        pid = self.backend_pid()
+        server = backend_cpu_seconds(pid) if pid else 0.0
+        cpu = time.process_time()
+        started = time.perf_counter()
+        for _ in range(jobs // BATCH):
+            self.noop.enqueue_many([[]] * BATCH)
+        elapsed = time.perf_counter() - started
+        result = {
+            "rate": jobs / elapsed,
+            "client_ms_per_1000": (time.process_time() - cpu) / jobs * BATCH * 1000,
+        }
+        if pid:
+            result["server_ms_per_1000"] = (backend_cpu_seconds(pid) - server) / jobs * BATCH * 1000
+        return result
+
+    def dump(self, path: str) -> None:
+        with (
+            self.connection.cursor() as cursor,
+            open(path, "wb") as out,
+            cursor.cursor.copy(f"COPY {self.table} TO STDOUT") as stream,
+        ):
+            for chunk in stream:
+                out.write(chunk)
+
+
+def split_dump(path: str, directory: str) -> list[str]:
+    """The dump in files of ``BATCH`` rows each (one ``\\copy`` each)."""
+    lines = Path(path).read_bytes().splitlines(keepends=True)
+    parts = []
+    for index in range(0, len(lines), BATCH):
+        part = os.path.join(directory, f"part{index // BATCH:05d}.copy")
+        Path(part).write_bytes(b"".join(lines[index : index + BATCH]))
+        parts.append(part)
+    return parts
+
+
+def psql_copy(dbname: str, table: str, parts: list[str]) -> float:
+    """Rows per second of ``\\copy`` of every part, summed from psql's own timings."""
+    script = [f"TRUNCATE {table};", "\\timing on"]
+    script += [f"\\copy {table} FROM '{part}'" for part in parts]
+    out = psql(dbname, "\n".join(script) + "\n")
+    times = [float(ms) for ms in re.findall(r"Time: ([0-9.]+) ms", out)]
+    copies = times[-len(parts) :]
+    rows = sum(Path(part).read_bytes().count(b"\n") for part in parts)
+    return rows / (sum(copies) / 1000)
+
+
+class PgQueuer:
+    """pgqueuer's bulk enqueue into its own database (schema from ``pgq install``)."""
+
+    def __init__(self, dbname: str) -> None:
+        import asyncio
+
+        self.dbname = dbname
+        self.dsn = f"postgresql://arcature:arcature@127.0.0.1:5432/{dbname}"
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self._setup())
+
+    async def _setup(self) -> None:
+        import psycopg
+        from pgqueuer.db import PsycopgDriver
+        from pgqueuer.queries import Queries
+
+        self.conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        self.queries = Queries(PsycopgDriver(self.conn))
+        with contextlib.suppress(Exception):  # already installed
+            await self.queries.install()
+
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        return version("pgqueuer")
+
+    def run(self, jobs: int) -> dict[str, float]:
+        """Rate, client CPU and server CPU per 1,000 rows, as :meth:`Ours.run`."""
+        return self.loop.run_until_complete(self._run(jobs))
+
+    async def _run(self, jobs: int) -> dict[str, float]:
+        await self.conn.execute("TRUNCATE pgqueuer")
+        pid = self.conn.info.backend_pid
+        names, priorities = ["noop"] * BATCH, [0] * BATCH
+        server = backend_cpu_seconds(pid)
+        cpu = time.process_time()
+        started = time.perf_counter()
+        for _ in range(jobs // BATCH):
+            # A fresh list per call, as a caller building its batch would.
+            payloads: list[bytes | None] = [None] * BATCH
+            await self.queries.enqueue(list(names), payloads, list(priorities))
+        elapsed = time.perf_counter() - started
+        return {
+            "pgqueuer": jobs / elapsed,
+            "pgqueuer_client_ms_per_1000": (time.process_time() - cpu) / jobs * BATCH * 1000,
+            "pgqueuer_server_ms_per_1000": (backend_cpu_seconds(pid) - server)
+            / jobs
+            * BATCH
+            * 1000,
+        }
+
+
+def ensure_pg_database(name: str) -> None:
+    from benchmarks.run import ensure_database
+
+    ensure_database(f"postgres://arcature:arcature@127.0.0.1:5432/{name}")
+
+
+# --- the ablation: what each index, the CHECKs and the trigger cost a bulk load --------
+
+ABLATE_DB = f"{NAME}_ablate"
+
+
+def ablation(ours: Ours, jobs: int, rounds: int) -> list[dict[str, Any]]:
+    """Per variant, psql ``\\copy`` of the same rows into a copy of our table without one
+    index (or the CHECKs, or the trigger); the table as migrated alongside, each round."""
+    ours.clear()
+    for _ in range(jobs // BATCH):
+        ours.noop.enqueue_many([[]] * BATCH)
+    ensure_pg_database(ABLATE_DB)
+    with tempfile.TemporaryDirectory() as directory:
+        dump = os.path.join(directory, "rows.copy")
+        ours.dump(dump)
+        parts = split_dump(dump, directory)
+        schema = subprocess.run(
+            ["pg_dump", "-h", "127.0.0.1", "-U", "arcature", "-s", "-t", ours.table, NAME],
+            env=PG_ENV, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        schema = "\n".join(
+            line
+            for line in schema.splitlines()
+            if not line.startswith(("\\restrict", "\\unrestrict", "CREATE TRIGGER"))
+            and "set_config('search_path'" not in line
+        )
+        indexes = re.findall(r"CREATE (?:UNIQUE )?INDEX (\S+) ON", schema)
+        constraints = re.findall(r"ADD CONSTRAINT (\S+) (?:UNIQUE|CHECK)", schema)
+        variants: dict[str, str] = {"as migrated": ""}
+        for index in indexes:
+            variants[f"without index {index}"] = f"DROP INDEX {index};"
+        uniques = re.findall(r"ADD CONSTRAINT (\S+) UNIQUE", schema)
+        for name in uniques:
+            variants[f"without unique constraint {name}"] = (
+                f"ALTER TABLE {ours.table} DROP CONSTRAINT {name};"
+            )
+        checks = [name for name in constraints if name not in uniques]
+        variants["without the CHECK constraints"] = "".join(
+            f"ALTER TABLE {ours.table} DROP CONSTRAINT {name};" for name in checks
+        )
+        variants["without the NOTIFY trigger"] = (
+            f"DROP TRIGGER arcature_notify_inserted ON {ours.table};"
+        )
+        variants["primary key only"] = (
+            "".join(f"DROP INDEX {index};" for index in indexes)
+            + "".join(f"ALTER TABLE {ours.table} DROP CONSTRAINT {name};" for name in constraints)
+            + f"DROP TRIGGER arcature_notify_inserted ON {ours.table};"
+        )
+        results: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(rounds):
+            for name, change in variants.items():
+                psql(
+                    ABLATE_DB,
+                    "DROP SCHEMA public CASCADE; CREATE SCHEMA public;\n"
+                    + trigger_function_sql()
+                    + schema
+                    + "\n"
+                    + f"CREATE TRIGGER arcature_notify_inserted AFTER INSERT ON {ours.table} "
+                    "FOR EACH STATEMENT EXECUTE FUNCTION arcature_notify_inserted();\n" + change,
+                )
+                results[name].append(psql_copy(ABLATE_DB, ours.table, parts))
+    base = statistics.median(results["as migrated"])
+    rows = []
+    for name, rates in results.items():
+        rate = statistics.median(rates)
+        rows.append(
+            {
+                "variant": name,
+                "rate": rate,
+                "ms_per_1000": BATCH / rate * 1000,
+                "saves_ms_per_1000": BATCH / base * 1000 - BATCH / rate * 1000,
+            }
+        )
+    return rows
+
+
+def trigger_function_sql() -> str:
+    from django_arcature.migrations import __path__ as migrations_path
+
+    text = Path(migrations_path[0], "0002_postgresql_notify_trigger.py").read_text()
+    body = text.split('CREATE = f"""', 1)[1].split("DROP TRIGGER", 1)[0]
+    return body.replace("{CHANNEL}", "arcature_jobs")
+
+
+# --- the child: one database ------------------------------------------------------------
+
+
+def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
+    os.environ["DATABASE_URL"] = URLS[db]
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    from benchmarks.run import ensure_database
+
+    ensure_database(URLS[db])
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    ours = Ours()
+    ours.run(BATCH * 2)  # warm up
+    result: dict[str, Any] = {"db": db, "load_before": load_average()}
+    if options.ablate:
+        result["ablation"] = ablation(ours, options.jobs, options.rounds)
+        result["load_after"] = load_average()
+        return result
+    peer = None
+    if db == "postgres" and not options.no_pgqueuer:
+        try:
+            import pgqueuer  # noqa: F401
+        except ImportError:
+            peer = None
+        else:
+            ensure_pg_database(f"{NAME}_pgqueuer")
+            peer = PgQueuer(f"{NAME}_pgqueuer")
+            peer.run(BATCH * 2)
+            result["pgqueuer_version"] = peer.version()
+    rounds: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        parts: list[str] = []
+        for index in range(options.rounds):
+            measured: dict[str, Any] = {}
+            order = ["ours", "copy", "pgqueuer"] if index % 2 == 0 else ["pgqueuer", "copy", "ours"]
+            for contender in order:
+                if contender == "ours":
+                    measured.update(ours.run(options.jobs))
+                elif contender == "copy" and db == "postgres":
+                    if not parts:
+                        ours.run(options.jobs)
+                        dump = os.path.join(directory, "rows.copy")
+                        ours.dump(dump)
+                        parts = split_dump(dump, directory)
+                    measured["copy"] = psql_copy(NAME, ours.table, parts)
+                elif contender == "pgqueuer" and peer is not None:
+                    measured.update(peer.run(options.jobs))
+            rounds.append(measured)
+    if options.profile:
+        profiler = cProfile.Profile()
+        ours.clear()
+        profiler.enable()
+        for _ in range(options.jobs // BATCH):
+            ours.noop.enqueue_many([[]] * BATCH)
+        profiler.disable()
+        buffer = io.StringIO()
+        pstats.Stats(profiler, stream=buffer).sort_stats("tottime").print_stats(options.top)
+        result["profile"] = buffer.getvalue()
+    ours.clear()
+    result["rounds"] = rounds
+    for key in rounds[0]:
+        result[key] = statistics.median(r[key] for r in rounds)
+    if "copy" in result:
+        result["of_copy"] = statistics.median(r["rate"] / r["copy"] for r in rounds)
+    if "pgqueuer" in result:
+        cpu = [
+            (r["pgqueuer_client_ms_per_1000"] + r["pgqueuer_server_ms_per_1000"])
+            / (r["client_ms_per_1000"] + r["server_ms_per_1000"])
+            for r in rounds
+        ]
+        result["cpu_vs_pgqueuer"] = statistics.median(cpu)  # >1: we spend less CPU per row
+        ratios = [r["rate"] / r["pgqueuer"] for r in rounds]
+        result["vs_pgqueuer"] = statistics.median(ratios)
+        result["vs_pgqueuer_range"] = [min(ratios), max(ratios)]
+    result["load_after"] = load_average()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="postgres", help="comma-separated list")
+    parser.add_argument("--jobs", type=int, default=20_000, help="rows per timed stretch")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ablate", action="store_true", help="per-index/trigger cost (psql)")
+    parser.add_argument("--profile", action="store_true", help="cProfile one round of ours")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-pgqueuer", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.one:
+        print("RESULT " + json.dumps(child(options.one, options)), flush=True)
+        return
+    for db in options.db.split(","):
+        argv = [sys.executable, __file__, "--one", db, *sys.argv[1:]]
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if out.returncode or not lines:
+            sys.stderr.write(out.stdout + out.stderr)
+            raise SystemExit(f"benchmark on {db} failed")
+        result = json.loads(lines[-1].removeprefix("RESULT "))
+        profile = result.pop("profile", "")
+        print(json.dumps(result, indent=1), flush=True)
+        if profile:
+            print(profile)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

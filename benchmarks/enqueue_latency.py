@@ -1,0 +1,324 @@
+"""One-by-one enqueue against pgqueuer, the in-transaction cost, and async producers: one run.
+
+    .venv/bin/python benchmarks/enqueue_latency.py --db postgres --jobs 2000 --rounds 6
+    .venv/bin/python benchmarks/enqueue_latency.py --db mysql,sqlite      # ours only
+
+Per round, alternating the order (ABBA), each contender's table emptied first:
+
+* **ours, autocommit**: ``noop.enqueue()`` ``--jobs`` times, each its own transaction.
+* **pgqueuer** (PostgreSQL; benchmark-only install): ``await queries.enqueue("noop",
+  None)`` ``--jobs`` times on its documented psycopg async connection in autocommit,
+  into its own database (``pgq install``'s schema).
+* **django-tasks-db** (if installed): ``peer_noop.enqueue()``, as enqueue_peers.py.
+
+Then, once per round: the time one ``enqueue()`` adds inside a request's own
+transaction (``bench.measure.Bench.enqueue_in_transaction``: p50 and p99), and
+async producers through Django's ASGI handler (``AsyncClient``): an ``async def``
+view awaiting ``noop.aenqueue()`` against a sync view calling ``noop.enqueue()``
+(which the ASGI handler runs in its thread) and an async view awaiting
+``sync_to_async(noop.enqueue)()``, in requests per second and the enqueue call's
+own time inside the view. One worker wake-up socket is bound in the hint folder
+(as enqueue_peers.py), so our enqueues pay for the hint they send.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = os.environ.get("ARCATURE_DB_NAME", "arcature_enqueue_latency")
+URLS = {
+    "sqlite": f"sqlite:///var/{NAME}.sqlite3",
+    "postgres": f"postgres://arcature:arcature@127.0.0.1:5432/{NAME}",
+    "mysql": f"mysql://arcature:arcature@127.0.0.1:3306/{NAME}",
+}
+
+#: The enqueue call's own time inside each view (microseconds), per view.
+VIEW_TIMES: dict[str, list[float]] = {}
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# --- the ASGI views ---------------------------------------------------------------------
+
+
+async def native_view(request: Any) -> Any:
+    from django.http import HttpResponse
+
+    from benchmarks.benchapp.jobs import noop
+
+    started = time.perf_counter()
+    await noop.aenqueue()
+    VIEW_TIMES.setdefault("async view, await aenqueue()", []).append(
+        (time.perf_counter() - started) * 1e6
+    )
+    return HttpResponse(b"ok")
+
+
+async def hop_view(request: Any) -> Any:
+    from asgiref.sync import sync_to_async
+    from django.http import HttpResponse
+
+    from benchmarks.benchapp.jobs import noop
+
+    started = time.perf_counter()
+    await sync_to_async(noop.enqueue)()
+    VIEW_TIMES.setdefault("async view, await sync_to_async(enqueue)()", []).append(
+        (time.perf_counter() - started) * 1e6
+    )
+    return HttpResponse(b"ok")
+
+
+def sync_view(request: Any) -> Any:
+    from django.http import HttpResponse
+
+    from benchmarks.benchapp.jobs import noop
+
+    started = time.perf_counter()
+    noop.enqueue()
+    VIEW_TIMES.setdefault("sync view, enqueue()", []).append((time.perf_counter() - started) * 1e6)
+    return HttpResponse(b"ok")
+
+
+def urlpatterns_() -> list[Any]:
+    from django.urls import path
+
+    return [path("native", native_view), path("hop", hop_view), path("sync", sync_view)]
+
+
+urlpatterns: list[Any] = []
+
+
+# --- contenders ---------------------------------------------------------------------------
+
+
+class Contenders:
+    def __init__(self, db: str, options: argparse.Namespace) -> None:
+        from django.db import connection
+
+        from benchmarks.benchapp.jobs import noop
+        from django_arcature.bench.measure import Bench
+        from django_arcature.models import Job
+
+        self.connection = connection
+        self.noop = noop
+        self.table = Job._meta.db_table
+        self.measure = Bench(task="bench.noop", queue="default", worker_command=[])
+        self.measure.clear = self.clear  # type: ignore[method-assign]
+        self.loop = asyncio.new_event_loop()
+        self.pgqueuer: Any = None
+        self.tasks_db: Any = None
+        if db == "postgres" and not options.no_pgqueuer:
+            try:
+                import pgqueuer  # noqa: F401
+            except ImportError:
+                pass
+            else:
+                from benchmarks.enqueue_bulk import PgQueuer, ensure_pg_database
+
+                ensure_pg_database(f"{NAME}_pgqueuer")
+                self.pgqueuer = PgQueuer(f"{NAME}_pgqueuer")
+                self.pgqueuer.loop.close()
+                self.pgqueuer.loop = self.loop
+                self.loop.run_until_complete(self.pgqueuer._setup())
+        try:
+            from django_tasks_db.models import DBTaskResult
+
+            from benchmarks.benchapp.peer_tasks import peer_noop
+        except ImportError:
+            pass
+        else:
+            self.tasks_db = (peer_noop, DBTaskResult._meta.db_table)
+
+    def clear(self, table: str | None = None) -> int:
+        verb = "DELETE FROM" if self.connection.vendor == "sqlite" else "TRUNCATE TABLE"
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"{verb} {table or self.table}")
+        return 0
+
+    def names(self) -> list[str]:
+        names = ["ours"]
+        if self.pgqueuer is not None:
+            names.append("pgqueuer")
+        if self.tasks_db is not None:
+            names.append("django-tasks-db")
+        return names
+
+    def our_pid(self) -> int | None:
+        if self.connection.vendor != "postgresql":
+            return None
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    def rate(self, name: str, count: int) -> dict[str, float]:
+        """Rate, and client and server (PostgreSQL backend) CPU per enqueue in µs."""
+        from benchmarks.enqueue_bulk import backend_cpu_seconds
+
+        if name == "pgqueuer":
+            return self.loop.run_until_complete(self._pgqueuer(count))
+        if name == "ours":
+            self.clear()
+            enqueue = self.noop.enqueue
+        else:
+            peer_noop, table = self.tasks_db
+            self.clear(table)
+            enqueue = peer_noop.enqueue
+        pid = self.our_pid()
+        server = backend_cpu_seconds(pid) if pid else 0.0
+        cpu = time.process_time()
+        started = time.perf_counter()
+        for _ in range(count):
+            enqueue()
+        elapsed = time.perf_counter() - started
+        result = {
+            name: count / elapsed,
+            f"{name}_client_us": (time.process_time() - cpu) / count * 1e6,
+        }
+        if pid:
+            result[f"{name}_server_us"] = (backend_cpu_seconds(pid) - server) / count * 1e6
+        return result
+
+    async def _pgqueuer(self, count: int) -> dict[str, float]:
+        from benchmarks.enqueue_bulk import backend_cpu_seconds
+
+        queries = self.pgqueuer.queries
+        await self.pgqueuer.conn.execute("TRUNCATE pgqueuer")
+        pid = self.pgqueuer.conn.info.backend_pid
+        server = backend_cpu_seconds(pid)
+        cpu = time.process_time()
+        started = time.perf_counter()
+        for _ in range(count):
+            await queries.enqueue("noop", None)
+        elapsed = time.perf_counter() - started
+        return {
+            "pgqueuer": count / elapsed,
+            "pgqueuer_client_us": (time.process_time() - cpu) / count * 1e6,
+            "pgqueuer_server_us": (backend_cpu_seconds(pid) - server) / count * 1e6,
+        }
+
+    def asgi(self, count: int) -> dict[str, float]:
+        """Requests per second through the ASGI handler, per view."""
+        from asgiref.sync import async_to_sync
+        from django.test import AsyncClient
+
+        from django_arcature.db import async_pg
+
+        client = AsyncClient()
+        rates = {}
+
+        async def requests(url: str) -> float:
+            try:
+                await client.get(url)  # warm: the loop's connection, first imports
+                started = time.perf_counter()
+                for _ in range(count):
+                    await client.get(url)
+                return count / (time.perf_counter() - started)
+            finally:
+                await async_pg.aclose_all()
+
+        for url, label in (
+            ("/native", "async view, await aenqueue()"),
+            ("/sync", "sync view, enqueue()"),
+            ("/hop", "async view, await sync_to_async(enqueue)()"),
+        ):
+            self.clear()
+            rates[label] = async_to_sync(requests)(url)
+        return rates
+
+
+def bind_listener() -> Any:
+    from benchmarks.enqueue_peers import bind_listeners
+
+    return bind_listeners(1)
+
+
+def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
+    os.environ["DATABASE_URL"] = URLS[db]
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.peer_settings"
+    from benchmarks.run import ensure_database
+
+    ensure_database(URLS[db])
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    global urlpatterns
+    urlpatterns = urlpatterns_()
+    settings.ROOT_URLCONF = __name__
+    settings.ALLOWED_HOSTS = ["testserver"]
+    call_command("migrate", verbosity=0)
+    contenders = Contenders(db, options)
+    listeners = bind_listener()
+    result: dict[str, Any] = {"db": db, "load_before": load_average()}
+    try:
+        for name in contenders.names():
+            contenders.rate(name, min(200, options.jobs))
+        rounds = []
+        for index in range(options.rounds):
+            names = contenders.names()
+            order = names if index % 2 == 0 else names[::-1]
+            measured: dict[str, Any] = {}
+            for name in order:
+                measured.update(contenders.rate(name, options.jobs))
+            measured.update(contenders.measure.enqueue_in_transaction(options.jobs))
+            measured.update(contenders.asgi(options.requests))
+            rounds.append(measured)
+    finally:
+        for receiver, path in listeners:
+            receiver.close()
+            os.unlink(path)
+        contenders.clear()
+    result["rounds"] = rounds
+    for key in rounds[0]:
+        result[key] = statistics.median(r[key] for r in rounds)
+    peers = [name for name in ("pgqueuer", "django-tasks-db") if name in rounds[0]]
+    if peers:
+        ratios = [r["ours"] / max(r[name] for name in peers) for r in rounds]
+        result["vs_fastest_peer"] = statistics.median(ratios)
+        result["vs_fastest_peer_range"] = [min(ratios), max(ratios)]
+    result["view_enqueue_p50_us"] = {
+        label: statistics.median(times) for label, times in VIEW_TIMES.items()
+    }
+    result["load_after"] = load_average()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="postgres", help="comma-separated list")
+    parser.add_argument("--jobs", type=int, default=2000, help="enqueues per contender and round")
+    parser.add_argument("--requests", type=int, default=500, help="ASGI requests per view")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--no-pgqueuer", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.one:
+        print("RESULT " + json.dumps(child(options.one, options)), flush=True)
+        return
+    for db in options.db.split(","):
+        argv = [sys.executable, __file__, "--one", db, *sys.argv[1:]]
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if out.returncode or not lines:
+            sys.stderr.write(out.stdout + out.stderr)
+            raise SystemExit(f"benchmark on {db} failed")
+        print(json.dumps(json.loads(lines[-1].removeprefix("RESULT ")), indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

@@ -1,0 +1,51 @@
+"""``benchmarks/workflows.py`` at a tiny scale, so the script the lead reruns cannot rot.
+
+It runs end to end on the database under test's server (its own database, named
+after ``ARCATURE_DB_NAME``): two real worker processes, the plain drain, the
+1 → 20 → 1 workflow, the batch with its callback, the lock sampler and the
+``wait()`` latencies. The script itself refuses a drain in which any job did not
+succeed; here only the shape of its report is checked, never a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+VENDOR_TO_DB = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql"}
+
+
+@pytest.mark.pgbouncer(False, reason="the benchmark connects to the servers directly")
+def test_the_workflow_benchmark_runs_at_a_tiny_scale(tmp_path: Path) -> None:
+    db = VENDOR_TO_DB[connection.vendor]
+    name = (os.environ.get("ARCATURE_DB_NAME") or "arcature") + "_wfbench_ci"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "workflows.py"), "--db", db]
+    argv += ["--db-name", name, "--nodes", "20", "--repeat", "1", "--wait-samples", "3"]
+    argv += ["--out", str(tmp_path / "workflows.md")]
+    if db == "sqlite":
+        argv += ["--url", f"sqlite:///{tmp_path / 'bench.sqlite3'}"]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    (round_,) = result["rounds"]
+    assert round_["plain"]["jobs"] == round_["fanout"]["jobs"] == 22
+    assert round_["batch"]["jobs"] == 21
+    assert result["fanout_ratio"] > 0
+    assert result["batch_ratio"] > 0
+    assert result["wait_samples"] == 3
+    if db in ("postgres", "mysql"):
+        assert round_["fanout"]["sampler_error"] == ""
+        assert round_["fanout"]["lock_samples"] > 0
+    written = (tmp_path / "workflows.md").read_text()
+    assert "<!-- workflows:begin -->" in written
+    assert "fan-out/fan-in" in written
