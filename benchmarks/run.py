@@ -24,15 +24,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The benchmark's database (and SQLite file) name; ``ARCATURE_BENCH_DB_NAME`` gives
+#: two checkouts on one server a database each, since every run empties the table.
+NAME = os.environ.get("ARCATURE_BENCH_DB_NAME", "arcature_worker_bench")
 URLS = {
-    "sqlite": "sqlite:///var/bench.sqlite3",
-    "postgres": "postgres://arcature:arcature@127.0.0.1:5432/arcature_worker_bench",
-    "mysql": "mysql://arcature:arcature@127.0.0.1:3306/arcature_worker_bench",
+    "sqlite": f"sqlite:///var/{'bench' if NAME == 'arcature_worker_bench' else NAME}.sqlite3",
+    "postgres": f"postgres://arcature:arcature@127.0.0.1:5432/{NAME}",
+    "mysql": f"mysql://arcature:arcature@127.0.0.1:3306/{NAME}",
     # Through PgBouncer in transaction pooling (scripts/start-databases.sh starts it):
     # LISTEN does not deliver there, so the worker polls; "-listen" gives the LISTEN
     # connection its own direct alias (ARCATURE["LISTEN_DATABASE"]).
-    "pgbouncer": "postgres://arcature:arcature@127.0.0.1:6432/arcature_worker_bench",
-    "pgbouncer-listen": "postgres://arcature:arcature@127.0.0.1:6432/arcature_worker_bench",
+    "pgbouncer": f"postgres://arcature:arcature@127.0.0.1:6432/{NAME}",
+    "pgbouncer-listen": f"postgres://arcature:arcature@127.0.0.1:6432/{NAME}",
 }
 LABELS = {
     "sqlite": "SQLite (WAL file)",
@@ -128,6 +131,10 @@ class Bench:
 
     def run(self) -> dict[str, Any]:
         results: dict[str, Any] = {"db": self.db}
+        if self.options.memory_only:
+            results.update(self.memory())
+            self.clear()
+            return results
         repeat, measure, jobs = self.options.repeat, self.measure, self.options.jobs
         results["enqueue_single"] = statistics.median(
             measure.enqueue_single(self.options.single) for _ in range(repeat)
@@ -136,7 +143,16 @@ class Bench:
             measure.enqueue_bulk(jobs) for _ in range(repeat)
         )
         results["drain_1"] = statistics.median(measure.drain(jobs, 1) for _ in range(repeat))
-        results["drain_2"] = statistics.median(measure.drain(jobs, 2) for _ in range(repeat))
+        rates, workers, server = [], [], []
+        for _ in range(repeat):
+            rates.append(measure.drain(jobs, 2))
+            workers.append(measure.cpu_us_per_job)
+            server.append(measure.server_cpu_us_per_job)
+        results["drain_2"] = statistics.median(rates)
+        # CPU per job with 2 processes: the workers' and, on PostgreSQL on this host,
+        # the server backends' serving them (None where it cannot be read).
+        results["drain_2_worker_cpu_us"] = _median_or_none(workers)
+        results["drain_2_server_cpu_us"] = _median_or_none(server)
         results.update(measure.pickup(self.options.samples))
         results.update(self.memory())
         self.clear()
@@ -145,7 +161,9 @@ class Bench:
     def memory(self) -> dict[str, float]:
         from benchmarks.benchapp.jobs import noop
 
-        total = self.options.rss_jobs if self.db == "postgres" else self.options.rss_jobs // 5
+        total = self.options.rss_jobs
+        if self.db != "postgres" and not self.options.memory_only:
+            total //= 5
         self.clear()
         self.measure.start_workers(1)
         proc = self.measure.workers[0][0]
@@ -166,7 +184,16 @@ class Bench:
             "rss_first_mb": samples[0][1],
             "rss_last_mb": samples[-1][1],
             "rss_max_mb": max(mb for _, mb in samples),
+            # Growth from the first sample (after the first 10,000 jobs, once the
+            # worker's caches are warm) to the largest: "flat" means within 10 %.
+            "rss_growth_pct": (max(mb for _, mb in samples) / samples[0][1] - 1) * 100,
+            "rss_samples": [[jobs, round(mb, 2)] for jobs, mb in samples],
         }
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
 
 
 def rss_mb(pid: int) -> float:
@@ -183,12 +210,16 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} µs"
+
+
 def write_readme(results: list[dict[str, Any]], options: argparse.Namespace, load: str) -> None:
     lines = [
         "| database | enqueue 1-by-1 | bulk enqueue | drain 1 proc | drain 2 procs "
         "| idle pickup p50 / p95 (from enqueue call) | from commit p50 / p95 "
-        "| worker RSS (first → last) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| worker RSS (first → last) | CPU per job, 2 procs (worker / server) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
@@ -196,7 +227,8 @@ def write_readme(results: list[dict[str, Any]], options: argparse.Namespace, loa
             f"| {r['drain_1']:,.0f}/s | {r['drain_2']:,.0f}/s "
             f"| {r['pickup_p50_ms']:.1f} ms / {r['pickup_p95_ms']:.1f} ms "
             f"| {r['pickup_commit_p50_ms']:.1f} ms / {r['pickup_commit_p95_ms']:.1f} ms "
-            f"| {r['rss_first_mb']:.0f} → {r['rss_last_mb']:.0f} MB over {r['rss_jobs']:,} jobs |"
+            f"| {r['rss_first_mb']:.0f} → {r['rss_last_mb']:.0f} MB over {r['rss_jobs']:,} jobs "
+            f"| {_us(r.get('drain_2_worker_cpu_us'))} / {_us(r.get('drain_2_server_cpu_us'))} |"
         )
     table = "\n".join(lines)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -227,6 +259,12 @@ def main() -> None:
         "--rss-jobs", type=int, default=100_000, help="long run on PostgreSQL (1/5 elsewhere)"
     )
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="only the worker RSS run, --rss-jobs on every --db (1,000,000: see README); "
+        "prints its JSON, writes nothing",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
@@ -244,7 +282,7 @@ def main() -> None:
         result = json.loads(lines[-1].removeprefix("RESULT "))
         print(json.dumps(result), flush=True)
         results.append(result)
-    if not options.no_write:
+    if not options.no_write and not options.memory_only:
         write_readme(results, options, load)
 
 

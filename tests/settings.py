@@ -74,6 +74,12 @@ TEMPLATES = [
 ]
 
 ARCATURE: dict[str, object] = {"LEASE_SECONDS": 30, "POLL_INTERVAL": 0.05}
+# A worker subprocess that must be woken by LISTEN alone (tests/concurrency/test_pickup_race.py).
+if os.environ.get("ARCATURE_TEST_WAKE_HINTS") == "0":
+    ARCATURE["WAKE_HINTS"] = False
+# ... and whose loop wakes for nothing else: no sweep for minutes.
+if os.environ.get("ARCATURE_TEST_SWEEP_INTERVAL"):
+    ARCATURE["SWEEP_INTERVAL"] = float(os.environ["ARCATURE_TEST_SWEEP_INTERVAL"])
 # Worker subprocesses of the queue-limit tests get their ARCATURE["QUEUES"] from here.
 if os.environ.get("ARCATURE_TEST_QUEUES"):
     import json

@@ -11,6 +11,7 @@ host's, so it is meaningful on one host or with synchronised clocks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -62,6 +63,113 @@ def percentile(ordered: Sequence[float], pct: float) -> float:
     return ordered[max(0, round(len(ordered) * pct / 100) - 1)]
 
 
+@dataclass(frozen=True)
+class EnqueueStamps:
+    """One pickup sample's enqueue, on this host's ``CLOCK_REALTIME`` (``time.time_ns``)."""
+
+    pk: Any
+    call_ns: int
+    #: The INSERT handed to the driver (after the enqueue's own Python work).
+    sent_ns: int
+    #: The INSERT (and, outside a transaction, its commit) came back.
+    committed_ns: int
+    #: ``enqueue()`` returned (after the hint, sent once the commit is done).
+    returned_ns: int
+
+
+#: The pickup's steps, in order: (name, from stamp, to stamp). The stamps of the
+#: enqueueing process and of the worker are both ``CLOCK_REALTIME`` on one host.
+PICKUP_STEPS = (
+    ("enqueue_python", "call_ns", "sent_ns"),
+    ("enqueue_commit", "sent_ns", "committed_ns"),
+    ("delivery", "committed_ns", "woke_ns"),
+    ("wake_up", "woke_ns", "taken_ns"),
+    ("to_claim", "taken_ns", "claim_sent_ns"),
+    ("claim_round_trip", "claim_sent_ns", "claim_back_ns"),
+    ("hand_off", "claim_back_ns", "handler_ns"),
+)
+
+
+def _process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc), or None."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def _ns(moment: Any) -> int:
+    """A datetime as nanoseconds since the epoch (microsecond precision, as stored)."""
+    whole = int(moment.timestamp())
+    return whole * 1_000_000_000 + int(moment.microsecond) * 1000
+
+
+def _read_trace(path: Path) -> dict[str, dict[str, Any]]:
+    """The worker's pickup trace lines, by job id (the first claim of each job)."""
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("job"), str):
+            found.setdefault(record["job"], record)
+    return found
+
+
+def pickup_breakdown(
+    enqueued: Sequence[EnqueueStamps],
+    traced: dict[str, dict[str, Any]],
+    started: dict[Any, int],
+) -> dict[str, Any]:
+    """Median milliseconds of each pickup step, and from the enqueue call to the handler.
+
+    Only samples the worker traced as woken (not found by its own poll) count for the
+    steps; ``woken`` says how many, by source. ``claim_started_db`` is the claim's
+    ``started_at`` (the database's clock, stamped at the statement's start) minus the
+    moment the claim was sent: the way to the server and its start, a check that both
+    clocks agree (it cannot be much below zero on one host).
+    """
+    steps: dict[str, list[float]] = {name: [] for name, _, _ in PICKUP_STEPS}
+    handler: list[float] = []
+    db_start: list[float] = []
+    sources: dict[str, int] = {}
+    for sample in enqueued:
+        record = traced.get(str(sample.pk))
+        if record is None:
+            continue
+        stamps = {**dataclasses.asdict(sample), **record}
+        handler.append((record["handler_ns"] - sample.call_ns) / 1e6)
+        source = str(record.get("source", "poll"))
+        sources[source] = sources.get(source, 0) + 1
+        if source == "poll":
+            continue
+        for name, begin, end in PICKUP_STEPS:
+            steps[name].append((stamps[end] - stamps[begin]) / 1e6)
+        if sample.pk in started:
+            db_start.append((started[sample.pk] - record["claim_sent_ns"]) / 1e6)
+    if not handler:
+        return {}
+    handler.sort()
+    result: dict[str, Any] = {
+        "handler_p50_ms": statistics.median(handler),
+        "handler_p95_ms": percentile(handler, 95),
+        "woken": sources,
+        "steps_p50_ms": {
+            name: statistics.median(values) for name, values in steps.items() if values
+        },
+    }
+    if db_start:
+        result["claim_started_db_p50_ms"] = statistics.median(db_start)
+    return result
+
+
 @dataclass
 class Bench:
     """Runs measurements of ``task`` (a no-op job) in ``queue`` on database ``using``.
@@ -83,6 +191,12 @@ class Bench:
     #: microseconds (Linux only; None elsewhere). Less sensitive to a busy machine
     #: than the rate, so it is the better figure for comparing worker variants.
     cpu_us_per_job: float | None = None
+    #: CPU time PostgreSQL's backends serving this database (the workers' connections,
+    #: LISTEN included, not this process's own) spent per job in the last :meth:`drain`,
+    #: in microseconds: read from /proc, so only with the server on this host (None
+    #: elsewhere, and on other databases). Background processes (WAL writer,
+    #: checkpointer) are not counted.
+    server_cpu_us_per_job: float | None = None
     #: Set from elsewhere (a signal handler) to stop at the next wait.
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -169,7 +283,7 @@ class Bench:
 
     # -- workers ------------------------------------------------------------------------
 
-    def start_workers(self, count: int) -> None:
+    def start_workers(self, count: int, env: dict[str, str] | None = None) -> None:
         """Start ``count`` workers and wait until each says it is running.
 
         Readiness is each worker's ``--health-file`` turning ``ok`` (written by its
@@ -179,7 +293,7 @@ class Bench:
         """
         from django_arcature.worker.health import OK
 
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, **(env or {})}
         # The children import the same settings from the same places as this process.
         env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
         for _ in range(count):
@@ -270,9 +384,11 @@ class Bench:
         self.start_workers(processes)
         try:
             cpu_before = self._workers_cpu()
+            server_before = self._server_cpu()
             self._manager().enqueue_many(self.task, [()] * count, queue=self.queue)
             self.wait_drained()
             cpu_after = self._workers_cpu()
+            server_after = self._server_cpu()
         finally:
             self.stop_workers()
         self.cpu_us_per_job = (
@@ -280,6 +396,11 @@ class Bench:
             if cpu_before is not None and cpu_after is not None
             else None
         )
+        self.server_cpu_us_per_job = None
+        if server_before is not None and server_after:
+            # A backend that connected during the drain started from nothing.
+            spent = sum(t - server_before.get(pid, 0.0) for pid, t in server_after.items())
+            self.server_cpu_us_per_job = spent * 1e6 / count
         self._check_all_succeeded(count)
         span = self.jobs().aggregate(first=Min("started_at"), last=Max("finished_at"))
         seconds: float = max((span["last"] - span["first"]).total_seconds(), 1e-6)
@@ -287,43 +408,98 @@ class Bench:
 
     def _workers_cpu(self) -> float | None:
         """User + system CPU seconds of the worker processes so far (from /proc)."""
-        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         total = 0.0
         for proc, _, _ in self.workers:
-            try:
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
+            seconds = _process_cpu(proc.pid)
+            if seconds is None:
                 return None
-            total += (int(fields[11]) + int(fields[12])) / ticks
+            total += seconds
         return total
 
-    def pickup(self, samples: int, settle: float = 1.0) -> dict[str, float]:
-        """Idle pickup latency in milliseconds: p50/p95 from the enqueue call and its commit."""
+    def _server_cpu(self) -> dict[int, float] | None:
+        """CPU seconds so far of each PostgreSQL backend serving this database but ours."""
+        from django.db import connections
+
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
+            return None
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+            pids = [row[0] for row in cursor.fetchall()]
+        found = {}
+        for pid in pids:
+            seconds = _process_cpu(pid)
+            if seconds is None:
+                if not Path("/proc/self/stat").exists():
+                    return None  # no /proc here at all
+                continue  # gone since, or not on this host
+            found[pid] = seconds
+        return found if found or not pids else None
+
+    def pickup(self, samples: int, settle: float = 1.0) -> dict[str, Any]:
+        """Idle pickup latency in milliseconds: p50/p95 from the enqueue call and its commit,
+        to the claim's ``started_at`` (the database's clock) and to the handler thread's start,
+        with the break-down of :func:`pickup_breakdown` under ``"pickup_breakdown"``."""
+        from django.db import connections
+
+        from django_arcature.worker.pickup_trace import ENV
+
         self.clear()
-        self.start_workers(1)
+        folder = Path(tempfile.mkdtemp(prefix="arcature-pickup-"))
+        trace_file = folder / "trace.jsonl"
+        self.start_workers(1, env={ENV: str(trace_file)})
         manager = self._manager()
-        enqueued: list[tuple[Any, float, float]] = []
+        enqueued: list[EnqueueStamps] = []
+        statement: list[int] = []
+
+        def stamp_sql(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            statement.append(time.time_ns())
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                statement.append(time.time_ns())
+
         try:
             time.sleep(settle)  # let the worker settle into its idle wait
-            for _ in range(samples):
-                self._check_stop()
-                time.sleep(random.uniform(0.2, 0.4))
-                before = time.time()
-                pk = manager.enqueue(self.task, queue=self.queue).pk
-                enqueued.append((pk, before, time.time()))
+            with connections[self.using].execute_wrapper(stamp_sql):
+                for _ in range(samples):
+                    self._check_stop()
+                    time.sleep(random.uniform(0.2, 0.4))
+                    statement.clear()
+                    before = time.time_ns()
+                    pk = manager.enqueue(self.task, queue=self.queue).pk
+                    after = time.time_ns()
+                    # Outside a transaction the INSERT commits as it returns: its last
+                    # statement's end is the commit (SQLite and MariaDB read back after).
+                    sent = statement[0] if statement else before
+                    committed = statement[1] if len(statement) > 1 else after
+                    enqueued.append(EnqueueStamps(pk, before, sent, committed, after))
             self.wait_drained()
         finally:
             self.stop_workers()
+        try:
+            traced = _read_trace(trace_file)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         started = {
-            pk: moment.timestamp()
+            pk: _ns(moment)
             for pk, moment in self.jobs().values_list("pk", "started_at")
             if moment is not None
         }
-        from_call = sorted((started[pk] - t0) * 1000 for pk, t0, _ in enqueued)
-        from_commit = sorted((started[pk] - t1) * 1000 for pk, _, t1 in enqueued)
-        return {
+        from_call = sorted((started[e.pk] - e.call_ns) / 1e6 for e in enqueued)
+        from_commit = sorted((started[e.pk] - e.returned_ns) / 1e6 for e in enqueued)
+        results: dict[str, Any] = {
             "pickup_p50_ms": statistics.median(from_call),
             "pickup_p95_ms": percentile(from_call, 95),
             "pickup_commit_p50_ms": statistics.median(from_commit),
             "pickup_commit_p95_ms": percentile(from_commit, 95),
         }
+        breakdown = pickup_breakdown(enqueued, traced, started)
+        if breakdown:
+            results["pickup_handler_p50_ms"] = breakdown.pop("handler_p50_ms")
+            results["pickup_handler_p95_ms"] = breakdown.pop("handler_p95_ms")
+            results["pickup_breakdown"] = breakdown
+        return results

@@ -40,6 +40,7 @@ from .dispatch import (
 
 if TYPE_CHECKING:
     from .loop import _InFlight
+    from .pickup_trace import PickupTrace
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class HandlerThreads:
     concurrency: int
     _lock: threading.Lock
     _todo: queue.SimpleQueue[_InFlight | None]
+    _trace: PickupTrace | None
 
     def stop(self) -> None:
         raise NotImplementedError  # pragma: no cover - the Worker's
@@ -180,6 +182,8 @@ class HandlerThreads:
                     if entry.skipped:
                         continue
                     entry.started = True
+                if self._trace is not None:
+                    self._trace.started(entry.job.id, entry.trace)
                 loop = self._run_one(slot, entry, loop)
                 if slot.abandoned:
                     return  # another thread has taken this one's place

@@ -50,6 +50,7 @@ from django_arcature.worker.duties import Duties
 from django_arcature.worker.recycling import Drain, Recycler, pending_left
 
 from .handlers import EXIT_TOO_MANY_ABANDONED_THREADS, HandlerThreads
+from .pickup_trace import HINT, LISTEN, PickupTrace
 from .wakeup import Listener
 
 if TYPE_CHECKING:
@@ -130,6 +131,8 @@ class _InFlight:
     done: bool = False
     #: A heartbeat found the claim gone (and ``job_claim_lost`` was sent for it then).
     lost: bool = False
+    #: The pickup trace's stamps of the claim that took it (``ARCATURE_PICKUP_TRACE``).
+    trace: dict[str, int | str] | None = None
 
     @property
     def key(self) -> ClaimKey:
@@ -226,6 +229,7 @@ class Worker(HandlerThreads):
         self._init_handler_threads()
         self._listener: Listener | None = None
         self._hints: HintReceiver | None = None
+        self._trace = PickupTrace.from_environment()
         self._fault = _Fault()
         self._stop_requested = 0
         # External signals only: a stop the worker asks of itself (recycling, the
@@ -335,6 +339,8 @@ class Worker(HandlerThreads):
                 timeout = min(timeout, flush_at - now)
         if self._stopping_since is not None:
             timeout = min(timeout, 0.1)
+        if self._trace is not None:
+            self._trace.waiting()
         try:
             item = self._events.get(timeout=max(timeout, 0.0))
         except queue.Empty:
@@ -369,6 +375,8 @@ class Worker(HandlerThreads):
             if any(str(key[0]) == item.job_id for key in self._inflight):
                 self._next_heartbeat = 0.0
         elif item in ("notify", "enqueued"):
+            if self._trace is not None:
+                self._trace.taken()
             self._idle_wait = self._min_poll
             # "enqueued" (a job NOTIFY) cannot mean a pause or resume: those send their
             # own notification ("notify", like a hint), so only then re-read the flags.
@@ -440,11 +448,15 @@ class Worker(HandlerThreads):
         from django_arcature.models import Job
 
         manager = Job.objects.db_manager(self.using)
+        trace = self._trace
+        if trace is not None:
+            trace.claim_sent()
         jobs = self._guarded(
             "claim", lambda: self._gate.claim(manager, self.worker_id, self.lease, want)
         )
         if jobs is None:
             return 0
+        stamps = None if trace is None else trace.claimed(len(jobs))
         self._last_request = want
         if not jobs:
             self._idle_wait = min(self._idle_wait * 2, self.poll_interval)
@@ -454,7 +466,7 @@ class Worker(HandlerThreads):
         self._last_claim_empty = False
         self.stats.claimed += len(jobs)
         for job in jobs:
-            entry = _InFlight(job, self._context_for(job))
+            entry = _InFlight(job, self._context_for(job), trace=stamps)
             self._inflight[entry.key] = entry
             self._todo.put(entry)
         return len(jobs)
@@ -914,15 +926,26 @@ class Worker(HandlerThreads):
         if self.listen and Listener.supported(self.using):
             self._listener = Listener(
                 self.using,
-                lambda: self._events.put("enqueued"),
+                functools.partial(self._woken, LISTEN),
                 on_queues=lambda: self._events.put("notify"),
                 on_cancel=lambda job_id: self._events.put(_Cancelled(job_id)),
             )
             self._listener.start()
         if self.conf.wake_hints:
-            self._hints = HintReceiver(self.using, lambda: self._events.put("notify"))
+            # A hint is only ever sent for jobs (an enqueue, or dependents released),
+            # never for a pause or resume (those notify on PostgreSQL, and are re-read
+            # on the poll's schedule elsewhere): so, like a job notification, it does
+            # not make the claim it wakes read the pause flags first, a round trip
+            # on every pickup's way.
+            self._hints = HintReceiver(self.using, functools.partial(self._woken, HINT))
             if not self._hints.start():
                 self._hints = None
+
+    def _woken(self, source: str) -> None:
+        """A job notification or hint (their threads): wake the main loop to claim."""
+        if self._trace is not None:
+            self._trace.woke(source)
+        self._events.put("enqueued")
 
     def _shutdown_threads(self) -> None:
         self._stop_handlers()
@@ -930,6 +953,8 @@ class Worker(HandlerThreads):
             self._listener.close()
         if self._hints is not None:
             self._hints.close()
+        if self._trace is not None:
+            self._trace.close()
 
     def _hand_over(self, entry: _InFlight, completion: Completion, seconds: float) -> None:
         """A handler thread (or the watchdog) passes a finished attempt to the main loop."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,6 +71,29 @@ def test_json_results_and_only_its_own_rows_are_touched() -> None:
     assert results["enqueue_in_transaction_p99_us"] >= results["enqueue_in_transaction_p50_us"]
     assert set(results["drain_per_s"]) == {"1", "2"}
     assert all(rate > 0 for rate in results["drain_per_s"].values())
+    # CPU per job, the workers' (Linux) and PostgreSQL's backends' (server on this host).
+    assert set(results["drain_worker_cpu_us_per_job"]) == {"1", "2"}
+    assert all(us > 0 for us in results["drain_worker_cpu_us_per_job"].values())
+    if connection.vendor == "postgresql":
+        assert set(results["drain_server_cpu_us_per_job"]) == {"1", "2"}
+        assert all(us > 0 for us in results["drain_server_cpu_us_per_job"].values())
+    else:
+        assert results["drain_server_cpu_us_per_job"] == {}
+    assert len(results["load_average"].split()) == 3
+    # The pickup's break-down: every sample traced by the worker, its steps in order.
+    breakdown = results["pickup_breakdown"]
+    assert sum(breakdown["woken"].values()) == 3
+    assert list(breakdown["steps_p50_ms"]) == [
+        "enqueue_python",
+        "enqueue_commit",
+        "delivery",
+        "wake_up",
+        "to_claim",
+        "claim_round_trip",
+        "hand_off",
+    ] or breakdown["woken"] == {"poll": 3}
+    assert results["pickup_handler_p50_ms"] > 0
+    assert results["pickup_handler_p95_ms"] >= results["pickup_handler_p50_ms"]
     # Its rows are gone; the user's job is untouched.
     assert not Job.objects.filter(task_name=TASK).exists()
     assert Job.objects.get(pk=mine.pk).status == JobStatus.PENDING
@@ -80,15 +104,22 @@ def test_table_output() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"django-arcature on {connection.vendor}")
-    labels = [line.split("  ")[1] for line in lines[1:]]
-    assert labels == [
+    assert lines[1].startswith("load average: ")
+    labels = [re.split(r"\s{2,}", line.strip())[0] for line in lines[2:]]
+    assert labels[:11] == [
         "enqueue, one by one",
         "enqueue in a transaction p50 / p99",
         "enqueue, bulk",
         "drain, 1 worker process",
         "drain, 2 worker processes",
+        "CPU per job, 1 worker process",
+        "CPU per job, 2 worker processes",
         "idle pickup p50 / p95",
+        "to the handler thread",
+        "enqueue_python p50",
+        "enqueue_commit p50",
     ]
+    assert labels[-1] == "hand_off p50"
     assert "measuring: drain with 2" in done.stderr  # progress goes to stderr
 
 

@@ -8,6 +8,7 @@ The table and the progress lines follow the project's ``LANGUAGE_CODE``
 from __future__ import annotations
 
 import json
+import os
 import platform
 import signal
 import statistics
@@ -34,6 +35,24 @@ from django_arcature.bench.measure import (
 from django_arcature.management.database import add_database_argument
 from django_arcature.management.ready import RefusedDatabaseStopsCommand
 from django_arcature.management.wording import Translated, ljust, rjust, width
+
+
+def _cpu(worker: float, server: float | None) -> str:
+    """A drain's CPU per job: the workers', and PostgreSQL's where it was read."""
+    if server is None:
+        return gettext("worker %(worker)s µs") % {"worker": f"{worker:,.0f}"}
+    return gettext("worker %(worker)s µs, PostgreSQL %(server)s µs") % {
+        "worker": f"{worker:,.0f}",
+        "server": f"{server:,.0f}",
+    }
+
+
+def _load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages (a busy machine measures slower)."""
+    try:
+        return " ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:  # not available on this platform
+        return "-"
 
 
 def _positive(text: str) -> int:
@@ -170,6 +189,8 @@ class Command(RefusedDatabaseStopsCommand):
             bench.enqueue_bulk(options["jobs"]) for _ in range(repeat)
         )
         drain: dict[str, float] = {}
+        worker_cpu: dict[str, float] = {}
+        server_cpu: dict[str, float] = {}
         for processes in range(1, options["workers"] + 1):
             self._progress(
                 options,
@@ -180,12 +201,25 @@ class Command(RefusedDatabaseStopsCommand):
                 )
                 % {"count": processes},
             )
-            drain[str(processes)] = statistics.median(
-                bench.drain(options["jobs"], processes) for _ in range(repeat)
-            )
+            rates, workers, server = [], [], []
+            for _ in range(repeat):
+                rates.append(bench.drain(options["jobs"], processes))
+                if bench.cpu_us_per_job is not None:
+                    workers.append(bench.cpu_us_per_job)
+                if bench.server_cpu_us_per_job is not None:
+                    server.append(bench.server_cpu_us_per_job)
+            drain[str(processes)] = statistics.median(rates)
+            if workers:
+                worker_cpu[str(processes)] = statistics.median(workers)
+            if server:
+                server_cpu[str(processes)] = statistics.median(server)
         results["drain_per_s"] = drain
+        # CPU per job is steadier than the rate on a busy machine (Linux only).
+        results["drain_worker_cpu_us_per_job"] = worker_cpu
+        results["drain_server_cpu_us_per_job"] = server_cpu
         self._progress(options, gettext("idle pickup latency"))
         results.update(bench.pickup(options["samples"]))
+        results["load_average"] = _load_average()
 
     def _progress(self, options: dict[str, Any], what: str) -> None:
         if not options["json"] and options["verbosity"] >= 1:
@@ -215,11 +249,34 @@ class Command(RefusedDatabaseStopsCommand):
                 )
                 for n, per_second in r["drain_per_s"].items()
             ),
+            *(
+                (
+                    "  "
+                    + ngettext(
+                        "CPU per job, %(count)d worker process",
+                        "CPU per job, %(count)d worker processes",
+                        int(n),
+                    )
+                    % {"count": int(n)},
+                    _cpu(us, r["drain_server_cpu_us_per_job"].get(n)),
+                )
+                for n, us in r["drain_worker_cpu_us_per_job"].items()
+            ),
             (
                 gettext("idle pickup p50 / p95"),
                 f"{r['pickup_p50_ms']:.1f} ms / {r['pickup_p95_ms']:.1f} ms",
             ),
         ]
+        if "pickup_handler_p50_ms" in r:
+            rows.append(
+                (
+                    "  " + gettext("to the handler thread"),
+                    f"{r['pickup_handler_p50_ms']:.1f} ms / {r['pickup_handler_p95_ms']:.1f} ms",
+                )
+            )
+            # The steps by their names in the JSON output: technical names, not prose.
+            for step, ms in r["pickup_breakdown"]["steps_p50_ms"].items():
+                rows.append((f"    {step} p50", f"{ms:.2f} ms"))
         names = max(width(name) for name, _ in rows)
         self.stdout.write(
             gettext(
@@ -233,5 +290,6 @@ class Command(RefusedDatabaseStopsCommand):
                 "seconds": r["seconds"],
             }
         )
+        self.stdout.write(gettext("load average: %(load)s") % {"load": r["load_average"]})
         for name, value in rows:
             self.stdout.write(f"  {ljust(name, names)}  {rjust(value, 22)}")

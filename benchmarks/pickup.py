@@ -1,0 +1,91 @@
+"""Idle pickup latency and its break-down, measured several times per database.
+
+    .venv/bin/python benchmarks/pickup.py --db postgres,mysql,sqlite --runs 5
+
+Each run is ``django_arcature.bench.measure.Bench.pickup``: one idle worker
+(its pickup trace on), jobs enqueued one at a time 0.2 to 0.4 s apart. Per
+database it prints the median over the runs of each run's p50 (from the enqueue
+call to the claim's ``started_at``, and to the handler thread's start) and of
+each step of the break-down, with the load average before and after: on a
+shared machine, compare only figures taken under the same load. Like
+``benchmarks/run.py``, it uses the database ``ARCATURE_BENCH_DB_NAME``
+(default ``arcature_worker_bench``), whose job table it empties.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def child(db: str, runs: int, samples: int) -> dict[str, Any]:
+    from benchmarks.run import URLS, ensure_database, load_average
+
+    os.environ["DATABASE_URL"] = URLS[db]
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    ensure_database(URLS[db])
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from benchmarks.run import Bench
+
+    call_command("migrate", verbosity=0)
+    load_before = load_average()
+    bench = Bench(db, argparse.Namespace()).measure
+    results = [bench.pickup(samples) for _ in range(runs)]
+    bench.clear()
+    merged: dict[str, Any] = {
+        "db": db,
+        "runs": runs,
+        "samples": samples,
+        "load_before": load_before,
+        "load_after": load_average(),
+    }
+    for key in ("pickup_p50_ms", "pickup_commit_p50_ms", "pickup_handler_p50_ms"):
+        values = [r[key] for r in results if key in r]
+        if values:
+            merged[key] = statistics.median(values)
+            merged[key + "_runs"] = [round(v, 3) for v in values]
+    steps: dict[str, list[float]] = {}
+    for r in results:
+        for name, ms in r.get("pickup_breakdown", {}).get("steps_p50_ms", {}).items():
+            steps.setdefault(name, []).append(ms)
+    merged["steps_p50_ms"] = {name: statistics.median(v) for name, v in steps.items()}
+    merged["woken"] = [r.get("pickup_breakdown", {}).get("woken") for r in results]
+    return merged
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="postgres,mysql,sqlite", help="comma-separated list")
+    parser.add_argument("--runs", type=int, default=5, help="pickup runs per database")
+    parser.add_argument("--samples", type=int, default=40, help="jobs per run")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.one:
+        result = child(options.one, options.runs, options.samples)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    for db in options.db.split(","):
+        argv = [sys.executable, __file__, "--one", db, *sys.argv[1:]]
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if out.returncode or not lines:
+            sys.stderr.write(out.stdout + out.stderr)
+            raise SystemExit(f"pickup benchmark on {db} failed")
+        print(lines[-1].removeprefix("RESULT "), flush=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
