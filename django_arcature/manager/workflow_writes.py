@@ -215,15 +215,16 @@ class WorkflowWrites(JobWriter):
         They are locked first, so the ids returned are exactly the rows changed: a
         completion that landed meanwhile is not among them (and is counted once, by it).
         """
-        ids = list(
+        locked = list(
             self.using(self.db)
             .filter(status__in=_STOPPABLE, **where)
             .order_by("id")
             .select_for_update()
-            .values_list("id", flat=True)
+            .values_list("id", "status", "claim_token", "queue", "locked_by", "lease_expires_at")
         )
-        if not ids:
+        if not locked:
             return []
+        ids = [row[0] for row in locked]
         rows = (
             self.using(self.db)
             .filter(id__in=ids, status__in=_STOPPABLE)
@@ -236,6 +237,7 @@ class WorkflowWrites(JobWriter):
                 last_error=cancel_message(reason),
             )
         )
+        self._hold_slots_of_running(locked)
         model = self.model
         transaction.on_commit(
             lambda: [signals.job_cancelled.send(sender=model, job_id=job_id) for job_id in ids],
@@ -244,6 +246,23 @@ class WorkflowWrites(JobWriter):
         if rows != len(ids):  # the ids are locked: only a broken lock gets here
             logger.warning("cancel: %d of %d locked jobs changed", rows, len(ids))
         return ids
+
+    def _hold_slots_of_running(self, locked: Sequence[tuple[Any, ...]]) -> None:
+        """A cancelled running node in a queue with a concurrency limit keeps its slot.
+
+        Its handler may run on after the cancel, as for ``Job.objects.cancel``: the
+        hold, written in the cancel's transaction, names the claim that was running,
+        and the worker deletes it once the handler has ended.
+        """
+        from django_arcature.queues.limits import read_limits
+        from django_arcature.queues.occupancy import Held, hold_slots
+
+        limited = {name for name, limit in read_limits().items() if limit.concurrency}
+        running = [
+            row for row in locked if row[1] == JobStatus.RUNNING and row[2] and row[3] in limited
+        ]
+        for job_id, _, token, queue, worker, expires in running:
+            hold_slots(self.db, [Held(token, job_id, queue)], worker, expires_at=expires)
 
     # --- batches --------------------------------------------------------------------
 

@@ -99,3 +99,43 @@ def test_cancelling_in_an_unlimited_queue_or_a_pending_job_writes_no_hold(limite
     assert Job.objects.cancel(waiting.pk) == 0
     assert not SlotHold.objects.exists()
     assert Job.objects.get(pk=free.pk).status == JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize("group", ["workflow", "batch"])
+def test_cancelling_a_workflow_or_batch_keeps_its_running_nodes_slot(
+    limited: None, group: str
+) -> None:
+    """A workflow's or batch's cancel writes the same hold as ``Job.objects.cancel``: the
+    running node's handler may run on, and no second handler may take its slot meanwhile."""
+    from django_arcature import Batch, Workflow
+    from tests.testapp import workflow_jobs
+
+    one = workflow_jobs.step.using(queue="one")
+    if group == "workflow":
+        flow = Workflow("limited flow")
+        first = flow.add(one, "a")
+        flow.add(one, "b", after=[first])
+        flow.enqueue()
+    else:
+        batch = Batch()
+        batch.add(one, "a")
+        batch.add(one, "b")
+        batch.enqueue()
+    [running] = gate().claim(Job.objects, "w1", 60, 5)
+    Job.objects.enqueue("tests.noop", queue="one")  # would take the slot if it were free
+    if group == "workflow":
+        assert flow.id is not None
+        assert Job.objects.cancel_workflow(flow.id) == 2
+    else:
+        assert batch.id is not None
+        assert Job.objects.cancel_batch(batch.id) == 2
+    hold = SlotHold.objects.get()
+    assert (hold.claim_token, hold.job_id, hold.queue, hold.worker_id) == (
+        running.claim_token,
+        running.id,
+        "one",
+        "w1",
+    )
+    assert gate().claim(Job.objects, "w2", 60, 5) == []
+    assert release_holds("default", [running.claim_token]) == 1
+    assert len(gate().claim(Job.objects, "w2", 60, 5)) == 1
