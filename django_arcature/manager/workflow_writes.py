@@ -20,7 +20,13 @@ from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.states import JobStatus
 
 from .base import JobWriter
-from .dependencies import CANCELLED, count_members, fire_finished_batches, shard_of
+from .dependencies import (
+    CANCELLED,
+    count_members,
+    fire_finished_batches,
+    shard_of,
+    workflow_shards,
+)
 from .enqueue import EnqueueWrites
 
 if TYPE_CHECKING:
@@ -84,6 +90,12 @@ class WorkflowWrites(JobWriter):
                         return holder, False
                 else:
                     run.save(using=using, force_insert=True)
+                m.WorkflowCounter.objects.using(using).bulk_create(
+                    [
+                        m.WorkflowCounter(workflow_id=run.id, shard=shard)
+                        for shard in range(workflow_shards(len(nodes)))
+                    ]
+                )
                 jobs = self._insert_node_jobs(nodes)
                 m.WorkflowNode.objects.using(using).bulk_create(
                     [
@@ -195,8 +207,10 @@ class WorkflowWrites(JobWriter):
                     .values("job_id")
                 )
                 rows = self._cancel_where(id__in=node_ids)
-                m.WorkflowRun.objects.using(self.db).filter(id=workflow_id).update(
-                    live_key=None, cancelled_at=DatabaseNow()
+                run = m.WorkflowRun.objects.using(self.db).filter(id=workflow_id)
+                run.update(live_key=None, cancelled_at=DatabaseNow())
+                run.filter(outcome="").update(
+                    outcome=m.Outcome.CANCELLED, finished_at=DatabaseNow()
                 )
                 return rows
 
@@ -323,9 +337,9 @@ class WorkflowWrites(JobWriter):
                     .filter(id__in=member_ids, status__in=_STOPPABLE)
                     .values_list("id", flat=True)
                 )
-                m.BatchRun.objects.using(self.db).filter(id=batch_id).update(
-                    cancelled_at=DatabaseNow(), closed=True
-                )
+                batch = m.BatchRun.objects.using(self.db).filter(id=batch_id)
+                batch.update(cancelled_at=DatabaseNow(), closed=True)
+                batch.filter(fired_at__isnull=True).update(outcome=m.Outcome.CANCELLED)
                 rows = self._cancel_where(id__in=live)
                 count_members(self.db, self.model, dict.fromkeys(live, (batch_id, CANCELLED)))
                 return rows
