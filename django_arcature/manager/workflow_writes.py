@@ -182,8 +182,12 @@ class WorkflowWrites(JobWriter):
                 # row may hold no unique key (arcature_unique_key_only_active).
                 row.unique_key = None
                 row.status = JobStatus.PENDING if not node.after else JobStatus.WAITING
+                row.trace_context = _traced_node(row.trace_context, node)
             driver_for(self.db).insert_rows(
-                self.model, rows, {*varying, "id", "status", "payload", "unique_key"}, 1000
+                self.model,
+                rows,
+                {*varying, "id", "status", "payload", "unique_key", "trace_context"},
+                1000,
             )
             for row in rows:
                 row._state.adding = False
@@ -371,6 +375,20 @@ class WorkflowWrites(JobWriter):
                 return True
 
         return _retry_on_lock_conflict(self.db, operation)
+
+
+#: The key, in a traced node's ``trace_context``, saying where it sits: "u" it has
+#: upstream nodes (its attempt's span links to theirs), "d" it has dependents (its
+#: attempt stores its span's context for them). See ``django_arcature.contrib.otel``.
+NODE_TRACE_KEY = "arcature-node"
+
+
+def _traced_node(carrier: Any, node: NodeRow) -> Any:
+    """The enqueue's trace context, marked for span links; untouched when not traced."""
+    if not isinstance(carrier, dict) or not carrier:
+        return carrier
+    flags = ("u" if node.after else "") + ("d" if node.has_dependents else "")
+    return {**carrier, NODE_TRACE_KEY: flags} if flags else carrier
 
 
 def shard_for(job_id: uuid.UUID) -> int:

@@ -32,10 +32,10 @@ from django_arcature.db.fields import ExactCharField
 __all__ = [
     "BATCH_COUNTER_SHARDS",
     "BatchCounter",
-    "Outcome",
     "BatchRun",
     "EdgeState",
     "JobProgress",
+    "Outcome",
     "When",
     "WorkflowCounter",
     "WorkflowEdge",

@@ -22,12 +22,13 @@ from django_arcature.transitions import ClaimTransition
 from django_arcature.workflows.models import BatchRun, WorkflowCounter, WorkflowRun
 from tests.testapp import workflow_jobs as wf
 
-from .test_workflows import claim, die, diamond, succeed
+from .test_workflows import claim, diamond, die, succeed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def outcome(flow: Workflow) -> str:
+    assert flow.id is not None
     run = WorkflowRun.objects.get(id=flow.id)
     assert (run.finished_at is None) == (run.outcome == "")
     return run.outcome
@@ -41,7 +42,8 @@ def test_a_workflow_is_finished_by_its_last_node_only() -> None:
         assert outcome(flow) == ""
     succeed(d.job_id)
     assert outcome(flow) == "succeeded"
-    assert WorkflowRun.objects.get(id=flow.id).live_key is None
+    assert flow.run is not None
+    assert WorkflowRun.objects.filter(pk=flow.run.pk, live_key=None).exists()
 
 
 def test_a_death_and_its_cascade_finish_the_workflow_as_failed() -> None:
@@ -141,6 +143,30 @@ def test_a_wide_fan_in_does_not_lock_the_workflow_row_until_the_end() -> None:
         assert touching == [], node
 
 
+def complete_together(tokens: dict[uuid.UUID, uuid.UUID]) -> None:
+    """Each fenced completion in its own thread and transaction, started at the same instant."""
+    barrier = threading.Barrier(len(tokens))
+    errors: list[BaseException] = []
+
+    def complete(job_id: uuid.UUID) -> None:
+        try:
+            with transaction.atomic():
+                barrier.wait(10)
+                result = Job.objects.mark_succeeded(job_id, tokens[job_id], None)
+                assert result is ClaimTransition.UPDATED
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=complete, args=(j,)) for j in tokens]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+
+
 @pytest.mark.skipif(
     connection.vendor == "sqlite", reason="SQLite runs one writer at a time: no two at once"
 )
@@ -153,25 +179,5 @@ def test_two_last_siblings_finishing_at_once_finish_the_workflow_once() -> None:
         right = flow.add(wf.step, "right", after=[root])
         flow.enqueue()
         succeed(root.job_id)
-        tokens = {n.job_id: claim(n.job_id) for n in (left, right)}
-        barrier = threading.Barrier(2)
-        errors: list[BaseException] = []
-
-        def complete(job_id: uuid.UUID) -> None:
-            try:
-                with transaction.atomic():
-                    barrier.wait(10)
-                    result = Job.objects.mark_succeeded(job_id, tokens[job_id], None)
-                    assert result is ClaimTransition.UPDATED
-            except BaseException as exc:  # pragma: no cover - reported below
-                errors.append(exc)
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=complete, args=(j,)) for j in tokens]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        assert not errors, errors
+        complete_together({n.job_id: claim(n.job_id) for n in (left, right)})
         assert outcome(flow) == "succeeded"

@@ -16,6 +16,7 @@ from django_arcature import Batch, Workflow
 from django_arcature.contrib import prometheus
 from django_arcature.contrib.prometheus.collector import QueueCollector
 from django_arcature.models import Job
+from django_arcature.workflows.build import Node
 from django_arcature.workflows.models import WorkflowEdge, WorkflowNode
 from tests.integration.test_workflows import die, succeed
 from tests.testapp import workflow_jobs as wf
@@ -25,7 +26,7 @@ from .test_prometheus import parse, value
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def two_step(label: str) -> tuple[Workflow, list]:
+def two_step(label: str) -> tuple[Workflow, list[Node]]:
     flow = Workflow(label)
     a = flow.add(wf.step, "a")
     b = flow.add(wf.step, "b", after=[a])
