@@ -484,6 +484,15 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
             model.objects.using(using).filter(id__in=returning, status=JobStatus.CANCELLED).update(
                 status=JobStatus.WAITING, last_error="", finished_at=None
             )
+            # Those a concurrent prune deleted first are not back (read after the
+            # update, which waited for the prune): they stay counted as finished.
+            came_back = set(
+                model.objects.using(using)
+                .filter(id__in=returning, status=JobStatus.WAITING)
+                .values_list("id", flat=True)
+            )
+            back -= set(returning) - came_back
+            returning = [node for node in returning if node in came_back]
             nodes.filter(job_id__in=returning).update(cancelled_by=None)
         for node, cause in ruled_out.items():
             nodes.filter(job_id=node).update(cancelled_by=cause)
