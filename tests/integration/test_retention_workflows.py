@@ -32,7 +32,7 @@ from django_arcature.workflows.models import (
 from django_arcature.workflows.results import upstream_results
 from tests.testapp import workflow_jobs as wf
 
-from .test_workflows import claim, die, diamond, succeed
+from .test_workflows import claim, diamond, die, succeed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,7 +48,21 @@ def age_all() -> None:
     Job.objects.exclude(finished_at=None).update(finished_at=DatabaseNow(-10 * 86400))
 
 
-def rows(workflow_id: uuid.UUID | None) -> dict[str, int]:
+def wid(flow: Workflow) -> uuid.UUID:
+    assert flow.id is not None
+    return flow.id
+
+
+def bid(batch: Batch) -> uuid.UUID:
+    assert batch.id is not None
+    return batch.id
+
+
+def outcome(flow: Workflow) -> str:
+    return str(WorkflowRun.objects.get(id=wid(flow)).outcome)
+
+
+def rows(workflow_id: uuid.UUID) -> dict[str, int]:
     return {
         "runs": WorkflowRun.objects.filter(id=workflow_id).count(),
         "nodes": WorkflowNode.objects.filter(workflow_id=workflow_id).count(),
@@ -69,11 +83,11 @@ def test_a_finished_workflow_and_batch_are_pruned_with_their_jobs() -> None:
     kept = diamond()[0]  # a live one beside it, untouched
     age_all()
     prune(RULES, "default", batch=2)
-    assert rows(flow.id) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
+    assert rows(wid(flow)) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
     assert not Job.objects.filter(id__in=[n.job_id for n in nodes] + members).exists()
-    assert not BatchRun.objects.filter(id=batch.id).exists()
-    assert not BatchCounter.objects.filter(batch_id=batch.id).exists()
-    assert rows(kept.id) == {"runs": 1, "nodes": 4, "edges": 4, "counters": 4}
+    assert not BatchRun.objects.filter(id=bid(batch)).exists()
+    assert not BatchCounter.objects.filter(batch_id=bid(batch)).exists()
+    assert rows(wid(kept)) == {"runs": 1, "nodes": 4, "edges": 4, "counters": 4}
 
 
 def test_a_live_workflow_keeps_its_finished_nodes_until_it_finishes() -> None:
@@ -87,7 +101,7 @@ def test_a_live_workflow_keeps_its_finished_nodes_until_it_finishes() -> None:
     age(plain.pk)
     [result, *_] = prune(RULES, "default")
     assert result.deleted == 1  # the plain job only
-    assert rows(flow.id) == {"runs": 1, "nodes": 4, "edges": 4, "counters": 4}
+    assert rows(wid(flow)) == {"runs": 1, "nodes": 4, "edges": 4, "counters": 4}
     succeed(c.job_id)
     token = claim(d.job_id)
     # d's upstream results are all still there for it to read.
@@ -95,7 +109,7 @@ def test_a_live_workflow_keeps_its_finished_nodes_until_it_finishes() -> None:
     assert Job.objects.mark_succeeded(d.job_id, token, None) is ClaimTransition.UPDATED
     age_all()
     prune(RULES, "default")
-    assert rows(flow.id) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
+    assert rows(wid(flow)) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
 
 
 def test_a_partly_pruned_workflow_resumes_and_finishes_again() -> None:
@@ -109,23 +123,23 @@ def test_a_partly_pruned_workflow_resumes_and_finishes_again() -> None:
     succeed(first.job_id)
     die(charge.job_id)  # ship cancelled, refund released
     succeed(refund.job_id)
-    assert WorkflowRun.objects.get(id=flow.id).outcome == "failed"
+    assert outcome(flow) == "failed"
     age_all()
     prune([*SUCCEEDED_ONLY, PruneRule("cancelled", timedelta(days=7))], "default")
     # first, refund and ship are gone with their edges; charge stays, and so does the run.
     assert set(WorkflowNode.objects.values_list("job_id", flat=True)) == {charge.job_id}
-    assert rows(flow.id) == {"runs": 1, "nodes": 1, "edges": 0, "counters": 4}
+    assert rows(wid(flow)) == {"runs": 1, "nodes": 1, "edges": 0, "counters": 4}
     assert Job.objects.requeue_dead(charge.job_id) == 1
-    assert WorkflowRun.objects.get(id=flow.id).outcome == ""
+    assert outcome(flow) == ""
     assert Job.objects.get(id=charge.job_id).status == "pending"
     assert not Job.objects.filter(id=ship.job_id).exists()  # pruned: it cannot come back
     token = claim(charge.job_id)
     assert upstream_results(charge.job_id) == {}  # its upstream was pruned: nothing to pass
     assert Job.objects.mark_succeeded(charge.job_id, token, None) is ClaimTransition.UPDATED
-    assert WorkflowRun.objects.get(id=flow.id).outcome == "succeeded"
+    assert outcome(flow) == "succeeded"
     age_all()
     prune(RULES, "default")
-    assert rows(flow.id) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
+    assert rows(wid(flow)) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
 
 
 def test_an_open_batch_keeps_its_row_when_its_members_are_pruned() -> None:
@@ -135,8 +149,8 @@ def test_an_open_batch_keeps_its_row_when_its_members_are_pruned() -> None:
     succeed(first)
     age(first)
     prune(RULES, "default")
-    assert not WorkflowNode.objects.filter(batch_id=batch.id).exists()
-    again = Batch.open(batch.id)  # still open: more members later
+    assert not WorkflowNode.objects.filter(batch_id=bid(batch)).exists()
+    again = Batch.open(bid(batch))  # still open: more members later
     second = again.add(wf.step, "2")
     again.enqueue()
     succeed(second)
@@ -197,58 +211,56 @@ def test_a_prune_racing_a_completion_that_releases_a_dependent() -> None:
     assert not errors, errors
     assert time.monotonic() - started < 25  # it did not wait for the completion
     assert sum(r.deleted for r in results) == 0
-    assert rows(flow.id) == {"runs": 1, "nodes": 5, "edges": 4, "counters": 5}
+    assert rows(wid(flow)) == {"runs": 1, "nodes": 5, "edges": 4, "counters": 5}
     assert Job.objects.get(id=sink.job_id).status == "pending"
     assert set(upstream_results(sink.job_id)) == {n.name for n in ups}
     succeed(sink.job_id)
     age_all()
     prune(RULES, "default")
-    assert rows(flow.id) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
+    assert rows(wid(flow)) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
+
+
+def hold_prune(go: threading.Event, done: threading.Event) -> None:
+    """Prune old cancelled jobs in a transaction kept open until ``done``."""
+    with transaction.atomic():
+        prune([PruneRule("cancelled", timedelta(days=7))], "default")
+        go.set()
+        assert done.wait(30)
 
 
 @needs_two_writers
-def test_a_prune_racing_a_requeue_that_resumes_a_finished_workflow() -> None:
+@pytest.mark.parametrize("order", ["prune first", "requeue first"])
+def test_a_prune_racing_a_requeue_that_resumes_a_finished_workflow(order: str) -> None:
     """The requeue brings back the nodes the death cancelled; the prune deletes them
     first (or not): either way the counts stay right and the workflow finishes."""
-    for order in ("prune first", "requeue first"):
-        flow = Workflow(f"resume {order}")
-        root = flow.add(wf.step.using(max_attempts=1), "root")
-        kids = [flow.add(wf.step, str(i), after=[root]) for i in range(3)]
-        flow.enqueue()
-        die(root.job_id)  # the kids are cancelled
-        assert WorkflowRun.objects.get(id=flow.id).outcome == "failed"
-        age(*(k.job_id for k in kids))
-        go = threading.Event()
-        done = threading.Event()
-
-        def hold_prune() -> None:
-            with transaction.atomic():
-                prune([PruneRule("cancelled", timedelta(days=7))], "default")
-                go.set()
-                assert done.wait(30)
-
-        if order == "prune first":
-            thread, errors = in_thread(hold_prune)
-            assert go.wait(30)
-            requeued, errs = in_thread(lambda: Job.objects.requeue_dead(root.job_id))
-            time.sleep(0.5)  # the requeue waits on the rows the prune deleted
-            done.set()
-            thread.join(30)
-            requeued.join(30)
-            assert not errors and not errs, (errors, errs)
-            assert not Job.objects.filter(id__in=[k.job_id for k in kids]).exists()
-        else:
-            assert Job.objects.requeue_dead(root.job_id) == 1
-            hold_prune_thread, errors = in_thread(hold_prune)
-            assert go.wait(30)
-            done.set()
-            hold_prune_thread.join(30)
-            assert not errors, errors
-            assert (
-                Job.objects.filter(id__in=[k.job_id for k in kids], status="waiting").count() == 3
-            )
-        assert WorkflowRun.objects.get(id=flow.id).outcome == ""
-        succeed(root.job_id)
-        for kid in Job.objects.filter(id__in=[k.job_id for k in kids], status="pending"):
-            succeed(kid.pk)
-        assert WorkflowRun.objects.get(id=flow.id).outcome == "succeeded", order
+    flow = Workflow(f"resume {order}")
+    root = flow.add(wf.step.using(max_attempts=1), "root")
+    kids = [flow.add(wf.step, str(i), after=[root]).job_id for i in range(3)]
+    flow.enqueue()
+    die(root.job_id)  # the kids are cancelled
+    assert outcome(flow) == "failed"
+    age(*kids)
+    go, done = threading.Event(), threading.Event()
+    if order == "prune first":
+        pruning, errors = in_thread(lambda: hold_prune(go, done))
+        assert go.wait(30)
+        requeue, requeue_errors = in_thread(lambda: Job.objects.requeue_dead(root.job_id))
+        time.sleep(0.5)  # the requeue waits on the rows the prune deleted
+        done.set()
+        pruning.join(30)
+        requeue.join(30)
+        assert not requeue_errors, requeue_errors
+        assert not Job.objects.filter(id__in=kids).exists()
+    else:
+        assert Job.objects.requeue_dead(root.job_id) == 1
+        pruning, errors = in_thread(lambda: hold_prune(go, done))
+        assert go.wait(30)
+        done.set()
+        pruning.join(30)
+        assert Job.objects.filter(id__in=kids, status="waiting").count() == 3
+    assert not errors, errors
+    assert outcome(flow) == ""
+    succeed(root.job_id)
+    for kid in Job.objects.filter(id__in=kids, status="pending"):
+        succeed(kid.pk)
+    assert outcome(flow) == "succeeded"
