@@ -65,3 +65,15 @@ def record(path: str, label: str, seconds: float = 0.0) -> str:
     with open(path, "a") as runs:
         runs.write(label + "\n")
     return label
+
+
+@job(name="wf.batch_record", max_attempts=50)
+def batch_record(batch_id: str) -> str:
+    """A batch callback that appends ``callback <batch id>`` to ``ARCATURE_WF_RUNS`` per run."""
+    import os
+
+    path = os.environ.get("ARCATURE_WF_RUNS")
+    if path:
+        with open(path, "a") as runs:
+            runs.write(f"callback {batch_id}\n")
+    return batch_id
