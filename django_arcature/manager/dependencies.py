@@ -326,9 +326,10 @@ def uncount_nodes(using: str, workflow: uuid.UUID, back: Mapping[uuid.UUID, str]
         for job_id, column in back.items()
     )
     _add_to_counters(using, counts, -1)
-    m.WorkflowRun.objects.using(using).filter(id=workflow).exclude(
-        outcome=m.Outcome.CANCELLED
-    ).update(outcome="", finished_at=None)
+    # A cancelled workflow keeps the outcome it had when it was cancelled.
+    m.WorkflowRun.objects.using(using).filter(id=workflow, cancelled_at__isnull=True).update(
+        outcome="", finished_at=None
+    )
 
 
 # --- batches ---------------------------------------------------------------------

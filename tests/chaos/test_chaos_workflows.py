@@ -35,7 +35,22 @@ from django_arcature.workflows.models import WorkflowRun
 from tests.faults.processes import FaultWorker, event_counts
 from tests.testapp import workflow_jobs as wf
 
-from .test_chaos_soak import kill_worker_sessions
+from .test_chaos_soak import kill_worker_sessions as kill_every_session
+
+
+def kill_worker_sessions() -> int:
+    """The workers' sessions killed on the server; on PostgreSQL only this role's, so a
+    superuser's session on the same database (a monitor, a DBA) is left alone."""
+    if connection.vendor != "postgresql":
+        return kill_every_session()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND usename = current_user"
+        )
+        return int(cursor.fetchone()[0])
+
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
