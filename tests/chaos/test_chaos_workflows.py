@@ -31,6 +31,7 @@ from django.db import connection
 
 from django_arcature import Batch, Workflow
 from django_arcature.models import Job, JobStatus
+from django_arcature.workflows.build import Node
 from django_arcature.workflows.models import WorkflowRun
 from tests.faults.processes import FaultWorker, event_counts
 from tests.testapp import workflow_jobs as wf
@@ -88,7 +89,7 @@ def build(chance: random.Random, runs: Path) -> tuple[dict[str, list[str]], list
     recorded = wf.record.using(max_attempts=50)
     for w in range(WORKFLOWS):
         flow = Workflow(f"chaos {w}")
-        nodes: list[tuple[str, object]] = []
+        nodes: list[tuple[str, Node]] = []
         for n in range(chance.randint(*NODES)):
             label = f"w{w}n{n}"
             ups = chance.sample(nodes, k=min(len(nodes), chance.randint(0, FAN_IN)))

@@ -364,10 +364,10 @@ def test_a_django_tasks_task_is_refused_as_a_node_member_or_callback() -> None:
     from tests.integration import backend_tasks
 
     flow = Workflow("tasks")
-    with pytest.raises(WorkflowError, match="django.tasks Task"):
+    with pytest.raises(WorkflowError, match=r"django\.tasks Task"):
         flow.add(backend_tasks.add, 1, 2)
-    with pytest.raises(WorkflowError, match="django.tasks Task"):
+    with pytest.raises(WorkflowError, match=r"django\.tasks Task"):
         Batch(on_success=backend_tasks.add)
-    with pytest.raises(WorkflowError, match="django.tasks Task"):
+    with pytest.raises(WorkflowError, match=r"django\.tasks Task"):
         Batch().add(backend_tasks.add, 1, 2)
     assert not Job.objects.exists()

@@ -252,7 +252,8 @@ class BatchModel(RuleBasedStateMachine):
         rows = dict(Job.objects.filter(id__in=self.ids).values_list("id", "status"))
         assert [rows[job_id] for job_id in self.ids] == self.status
         assert self.batch.counts() == self.counts()
-        assert BatchRun.objects.get(id=self.batch.id).outcome == self.outcome
+        assert self.batch.run is not None
+        assert BatchRun.objects.get(pk=self.batch.run.pk).outcome == self.outcome
 
     @invariant()
     def callbacks_fire_once(self) -> None:

@@ -352,7 +352,8 @@ class WorkflowModel(RuleBasedStateMachine):
     def the_workflow_row_says_whether_it_finished(self) -> None:
         if not hasattr(self, "ids"):
             return
-        run = WorkflowRun.objects.get(id=self.flow.id)
+        assert self.flow.run is not None
+        run = WorkflowRun.objects.get(pk=self.flow.run.pk)
         assert run.outcome == self.expected_outcome()
         assert (run.finished_at is None) == (run.outcome == "")
 
