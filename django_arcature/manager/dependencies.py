@@ -136,7 +136,11 @@ def _cascade(
     edges = m.WorkflowEdge.objects.using(using)
     released: list[uuid.UUID] = []
     cancelled: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
-    busy: set[uuid.UUID] = set()
+    # A node undecided in one round may be cancelled by a later one: whether its
+    # workflow is busy is known at the end only.
+    busy_nodes: set[uuid.UUID] = set()
+    still_waiting: set[tuple[uuid.UUID, uuid.UUID]] = set()
+    workflows: dict[uuid.UUID, uuid.UUID] = {}
     while frontier:
         for outcome in sorted(set(frontier.values())):
             ups = [job_id for job_id, o in frontier.items() if o == outcome]
@@ -148,6 +152,7 @@ def _cascade(
         )
         if not workflow_of:
             break
+        workflows.update(workflow_of)
         # Locked in id order, so two transactions deciding on the same dependents
         # queue up instead of deadlocking.
         waiting = list(
@@ -180,13 +185,16 @@ def _cascade(
                 status=JobStatus.PENDING, available_at=DatabaseNow()
             )
             released.extend(ready)
-        busy.update(workflow_of[job_id] for job_id in (*ready, *undecided))
+        busy_nodes.update(ready)
+        still_waiting.update((job_id, workflow_of[job_id]) for job_id in undecided)
         frontier = {}
         if unmet:
             cancel_for_upstream(using, model, unmet)
             frontier = dict.fromkeys(unmet, CANCELLED)
             # Let go because of an upstream's outcome: finished, neither died nor cancelled.
             cancelled.update({job_id: (workflow_of[job_id], "") for job_id in unmet})
+    busy = {workflows[job_id] for job_id in busy_nodes}
+    busy.update(workflow for job_id, workflow in still_waiting if job_id not in cancelled)
     return released, cancelled, busy
 
 

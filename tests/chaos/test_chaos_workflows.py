@@ -56,19 +56,21 @@ def kill_worker_sessions() -> int:
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 SOAK = os.environ.get("ARCATURE_SOAK") == "1"
-WORKFLOWS = 60 if SOAK else 3
+WORKFLOWS = 30 if SOAK else 3
 #: Nodes per workflow, drawn uniformly; each waits for up to FAN_IN earlier nodes.
-NODES = (5, 60) if SOAK else (4, 8)
+NODES = (5, 40) if SOAK else (4, 8)
 FAN_IN = 6 if SOAK else 3
-BATCHES = 20 if SOAK else 2
-MEMBERS = (10, 200) if SOAK else (3, 6)
+BATCHES = 10 if SOAK else 2
+MEMBERS = (10, 100) if SOAK else (3, 6)
 #: Faults injected at most (CI: a few, then the fleet drains what is left).
 MAX_FAULTS = None if SOAK else 4
 WORKERS = 3
 CONCURRENCY = 2
 BATCH = 5
 LEASE = 2
-PAUSE = (0.3, 1.2) if SOAK else (0.4, 0.9)
+#: Seconds between two faults: long enough for a replacement worker to start and drain
+#: some (a fault every second kept a loaded host's fleet mostly starting up).
+PAUSE = (1.5, 4.0) if SOAK else (0.4, 0.9)
 TIMEOUT = 1800 if SOAK else 150
 #: How long each body runs: long enough for a SIGKILL to land in the middle of some.
 BODY_SECONDS = 0.05
