@@ -181,3 +181,18 @@ def test_two_last_siblings_finishing_at_once_finish_the_workflow_once() -> None:
         succeed(root.job_id)
         complete_together({n.job_id: claim(n.job_id) for n in (left, right)})
         assert outcome(flow) == "succeeded"
+
+
+def test_a_node_cancelled_in_a_later_round_of_the_cascade_lets_the_workflow_finish() -> None:
+    """Found by the model: d waits for b (when=failed) and c; b's death cancels c in the
+    first round, which cancels d in the second. The workflow has then finished."""
+    flow = Workflow("two rounds")
+    a = flow.add(wf.step, "a")
+    b = flow.add(wf.step, "b", after=[a])
+    c = flow.add(wf.step, "c", after=[a, b])
+    d = flow.add(wf.step, "d", after=[b, c], when="failed")
+    flow.enqueue()
+    succeed(a.job_id)
+    die(b.job_id)
+    assert [Job.objects.get(id=n.job_id).status for n in (c, d)] == ["cancelled", "cancelled"]
+    assert outcome(flow) == "failed"
