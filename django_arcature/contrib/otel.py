@@ -17,6 +17,15 @@ Call :func:`install` once per process (web and worker), e.g. in your AppConfig's
   (``released``). Failures set the status to ERROR with ``error.type`` (the
   error kind) and an ``exception`` event carrying the handler's traceback.
 
+Workflow nodes (``django_arcature.Workflow``) enqueued while tracing is on: a
+node's attempt span carries a **link** to the attempt span of each of its
+upstream nodes (at most :data:`MAX_UPSTREAM_LINKS`), so a trace viewer can walk
+a fan-in back to every branch. The upstream attempt stores its span's context in
+its own job row (``trace_context["arcature-process"]``, written under its claim
+when it starts, so it is there before its completion can release a dependent);
+the dependent reads them when its attempt starts. Plain jobs pay nothing for
+this: only nodes marked at enqueue (``"arcature-node"``) read or write.
+
 Attributes follow OpenTelemetry's messaging conventions (``messaging.system``,
 ``messaging.operation.type``/``.name``, ``messaging.destination.name``,
 ``messaging.message.id``, ``messaging.batch.message_count``,
@@ -26,6 +35,7 @@ Attributes follow OpenTelemetry's messaging conventions (``messaging.system``,
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -36,7 +46,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract, inject
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
 
 from django_arcature import __version__, signals
 
@@ -44,6 +54,14 @@ SYSTEM = "arcature"
 #: Producer spans whose enqueue has not committed yet; past this many (rolled-back
 #: enqueues never commit) the oldest are forgotten without being exported.
 MAX_PENDING_PRODUCERS = 10_000
+
+#: Links from one node's attempt to its upstream attempts (the SDK keeps 128 by default).
+MAX_UPSTREAM_LINKS = 128
+#: Where a node's attempt stores its span's context for its dependents.
+PROCESS_KEY = "arcature-process"
+NODE_KEY = "arcature-node"
+
+logger = logging.getLogger(__name__)
 
 _UID = "arcature-otel"
 _tracer: trace.Tracer | None = None
@@ -112,9 +130,12 @@ def _on_enqueued(sender: Any, job: Any, **kwargs: Any) -> None:
 def _on_attempt_started(sender: Any, job: Any, worker_id: str = "", **kwargs: Any) -> None:
     carrier = job.trace_context if isinstance(getattr(job, "trace_context", None), dict) else {}
     parent = extract(carrier) if carrier else None
+    flags = carrier.get(NODE_KEY, "")
+    flags = flags if isinstance(flags, str) else ""
     span = _get_tracer().start_span(
         f"process {job.queue}",
         context=parent,
+        links=_upstream_links(job.id) if "u" in flags else None,
         kind=SpanKind.CONSUMER,
         attributes={
             "messaging.system": SYSTEM,
@@ -131,6 +152,60 @@ def _on_attempt_started(sender: Any, job: Any, worker_id: str = "", **kwargs: An
     token = otel_context.attach(trace.set_span_in_context(span))
     with _lock:
         _attempts[(job.id, job.claim_token)] = _Attempt(span, token)
+    if "d" in flags:
+        _store_for_dependents(job, carrier, span)
+
+
+def _upstream_links(job_id: uuid.UUID) -> list[Link]:
+    """Links to the attempt spans of this node's upstream nodes, as they stored them."""
+    from django.db import DatabaseError
+
+    from django_arcature.conf import job_database
+    from django_arcature.models import Job
+    from django_arcature.workflows.models import WorkflowEdge
+
+    using = job_database()
+    try:
+        upstream = (
+            WorkflowEdge.objects.using(using).filter(downstream_id=job_id).values("upstream_id")
+        )
+        carriers = list(
+            Job.objects.using(using)
+            .filter(id__in=upstream)
+            .order_by("id")
+            .values_list("trace_context", flat=True)[:MAX_UPSTREAM_LINKS]
+        )
+    except DatabaseError as exc:  # tracing never stops a job from running
+        logger.warning("could not read the upstream spans of job %s: %s", job_id, exc)
+        return []
+    links = []
+    for stored in carriers:
+        parent = stored.get(PROCESS_KEY) if isinstance(stored, dict) else None
+        if not isinstance(parent, str):
+            continue
+        context = trace.get_current_span(extract({"traceparent": parent})).get_span_context()
+        if context.is_valid:
+            links.append(Link(context, {"arcature.link": "upstream"}))
+    return links
+
+
+def _store_for_dependents(job: Any, carrier: dict[str, Any], span: Span) -> None:
+    """Write this attempt's span context into its job row, under its claim."""
+    from django.db import DatabaseError
+
+    from django_arcature.conf import job_database
+    from django_arcature.models import Job, JobStatus
+
+    mine: dict[str, str] = {}
+    inject(mine, context=trace.set_span_in_context(span))
+    if "traceparent" not in mine:
+        return
+    try:
+        Job.objects.using(job_database()).filter(
+            id=job.id, claim_token=job.claim_token, status=JobStatus.RUNNING
+        ).update(trace_context={**carrier, PROCESS_KEY: mine["traceparent"]})
+    except DatabaseError as exc:
+        logger.warning("could not store the span of job %s for its dependents: %s", job.id, exc)
 
 
 def _on_attempt_finished(sender: Any, job: Any, **kwargs: Any) -> None:

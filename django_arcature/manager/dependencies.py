@@ -54,6 +54,10 @@ MET_BY: dict[str, tuple[str, ...]] = {
     CANCELLED: ("always",),
 }
 
+#: The counter column (beside ``finished``) a node's own outcome adds to; a node
+#: cancelled because of its upstream's outcome adds to ``finished`` only.
+_COUNTED_AS = {SUCCEEDED: "", FAILED: "dead", CANCELLED: "cancelled"}
+
 #: How a job status reads as an outcome.
 OUTCOME_OF_STATUS = {
     JobStatus.SUCCEEDED: SUCCEEDED,
@@ -91,15 +95,27 @@ def settle(using: str, model: type[Job], finished: Mapping[uuid.UUID, str]) -> l
     nodes = list(
         m.WorkflowNode.objects.using(using)
         .filter(job_id__in=list(finished))
-        .values_list("job_id", "has_dependents", "batch_id")
+        .values_list("job_id", "has_dependents", "batch_id", "workflow_id", "workflow__node_count")
     )
     if not nodes:
         return []
-    upstream = {job_id: finished[job_id] for job_id, has, _ in nodes if has}
-    members = {job_id: (batch_id, finished[job_id]) for job_id, _, batch_id in nodes if batch_id}
+    upstream = {job_id: finished[job_id] for job_id, has, _, _, _ in nodes if has}
+    members = {
+        job_id: (batch_id, finished[job_id]) for job_id, _, batch_id, _, _ in nodes if batch_id
+    }
+    ended = {
+        job_id: (workflow_id, _COUNTED_AS[finished[job_id]])
+        for job_id, _, _, workflow_id, _ in nodes
+        if workflow_id is not None
+    }
+    sizes = {workflow_id: size for *_, workflow_id, size in nodes if workflow_id is not None}
     released: list[uuid.UUID] = []
+    busy: set[uuid.UUID] = set()
     if upstream:
-        released = _cascade(using, model, upstream)
+        released, cancelled, busy = _cascade(using, model, upstream)
+        ended.update(cancelled)
+    if ended:
+        count_nodes(using, ended, busy, sizes)
     if members:
         count_members(using, model, members)
     if released:
@@ -107,11 +123,24 @@ def settle(using: str, model: type[Job], finished: Mapping[uuid.UUID, str]) -> l
     return released
 
 
-def _cascade(using: str, model: type[Job], frontier: dict[uuid.UUID, str]) -> list[uuid.UUID]:
-    """Mark the edges leaving ``frontier``, then decide each still-waiting dependent."""
+def _cascade(
+    using: str, model: type[Job], frontier: dict[uuid.UUID, str]
+) -> tuple[list[uuid.UUID], dict[uuid.UUID, tuple[uuid.UUID, str]], set[uuid.UUID]]:
+    """Mark the edges leaving ``frontier``, then decide each still-waiting dependent.
+
+    Returns the nodes released, the nodes cancelled (id → (workflow, outcome)) and
+    the workflows left with a node this transaction saw unfinished (released or
+    still waiting): those cannot have finished, so their counters are not checked.
+    """
     m = _models()
     edges = m.WorkflowEdge.objects.using(using)
     released: list[uuid.UUID] = []
+    cancelled: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
+    # A node undecided in one round may be cancelled by a later one: whether its
+    # workflow is busy is known at the end only.
+    busy_nodes: set[uuid.UUID] = set()
+    still_waiting: set[tuple[uuid.UUID, uuid.UUID]] = set()
+    workflows: dict[uuid.UUID, uuid.UUID] = {}
     while frontier:
         for outcome in sorted(set(frontier.values())):
             ups = [job_id for job_id, o in frontier.items() if o == outcome]
@@ -122,16 +151,17 @@ def _cascade(using: str, model: type[Job], frontier: dict[uuid.UUID, str]) -> li
                     default=Value(m.EdgeState.UNMET),
                 )
             )
-        dependents = set(
-            edges.filter(upstream_id__in=list(frontier)).values_list("downstream_id", flat=True)
+        workflow_of = dict(
+            edges.filter(upstream_id__in=list(frontier)).values_list("downstream_id", "workflow_id")
         )
-        if not dependents:
+        if not workflow_of:
             break
+        workflows.update(workflow_of)
         # Locked in id order, so two transactions deciding on the same dependents
         # queue up instead of deadlocking.
         waiting = list(
             model.objects.using(using)
-            .filter(id__in=sorted(dependents), status=JobStatus.WAITING)
+            .filter(id__in=sorted(workflow_of), status=JobStatus.WAITING)
             .order_by("id")
             .select_for_update()
             .values_list("id", flat=True)
@@ -171,17 +201,24 @@ def _cascade(using: str, model: type[Job], frontier: dict[uuid.UUID, str]) -> li
                 # The upstream this round finished names the reason when it is one.
                 if down not in unmet or (up in frontier and unmet[down] not in frontier):
                     unmet[down] = up
+        undecided -= set(unmet)
         ready = [job_id for job_id in waiting if job_id not in undecided and job_id not in unmet]
         if ready:
             model.objects.using(using).filter(id__in=ready, status=JobStatus.WAITING).update(
                 status=JobStatus.PENDING, available_at=DatabaseNow()
             )
             released.extend(ready)
+        busy_nodes.update(ready)
+        still_waiting.update((job_id, workflow_of[job_id]) for job_id in undecided)
         frontier = {}
         if unmet:
             cancel_for_upstream(using, model, unmet)
             frontier = dict.fromkeys(unmet, CANCELLED)
-    return released
+            # Let go because of an upstream's outcome: finished, neither died nor cancelled.
+            cancelled.update({job_id: (workflow_of[job_id], "") for job_id in unmet})
+    busy = {workflows[job_id] for job_id in busy_nodes}
+    busy.update(workflow for job_id, workflow in still_waiting if job_id not in cancelled)
+    return released, cancelled, busy
 
 
 def cancel_for_upstream(
@@ -211,6 +248,119 @@ def cancel_for_upstream(
             finished_at=DatabaseNow(),
         )
         m.WorkflowNode.objects.using(using).filter(job_id__in=nodes).update(cancelled_by=cause)
+
+
+# --- workflow counters -----------------------------------------------------------
+
+
+def workflow_shards(node_count: int) -> int:
+    """Counter rows of a workflow: one per node up to ``BATCH_COUNTER_SHARDS``."""
+    return max(1, min(int(_models().BATCH_COUNTER_SHARDS), node_count))
+
+
+def count_nodes(
+    using: str,
+    ended: Mapping[uuid.UUID, tuple[uuid.UUID, str]],
+    busy: set[uuid.UUID] = frozenset(),  # type: ignore[assignment]
+    sizes: Mapping[uuid.UUID, int] | None = None,
+) -> None:
+    """Count nodes that finished (id → (workflow, column)), then mark finished workflows.
+
+    ``column`` is "dead" or "cancelled" (by an operator), or "" for the others. A
+    workflow in ``busy`` kept a node this transaction saw unfinished: it is not
+    checked (its row is not locked), which keeps a wide fan-in off the workflow row.
+    """
+    m = _models()
+    sizes = dict(sizes or {})
+    unknown = {workflow for workflow, _ in ended.values()} - set(sizes)
+    if unknown:
+        sizes.update(
+            m.WorkflowRun.objects.using(using)
+            .filter(id__in=unknown)
+            .order_by()
+            .values_list("id", "node_count")
+        )
+    counts: Counter[tuple[uuid.UUID, int, str]] = Counter()
+    for job_id, (workflow, column) in ended.items():
+        if workflow in sizes:
+            shard = zlib.crc32(job_id.bytes) % workflow_shards(sizes[workflow])
+            counts[(workflow, shard, column)] += 1
+    _add_to_counters(using, counts, +1)
+    finish_workflows(using, {workflow for workflow, _ in ended.values()} & set(sizes) - busy)
+
+
+def _add_to_counters(
+    using: str, counts: Mapping[tuple[uuid.UUID, int, str], int], sign: int
+) -> None:
+    m = _models()
+    for (workflow, shard, column), n in sorted(counts.items(), key=str):
+        change: dict[str, Any] = {"finished": F("finished") + sign * n}
+        if column:
+            change[column] = F(column) + sign * n
+        m.WorkflowCounter.objects.using(using).filter(workflow_id=workflow, shard=shard).update(
+            **change
+        )
+
+
+def finish_workflows(using: str, workflow_ids: Iterable[uuid.UUID]) -> None:
+    """Mark each workflow whose shard counts reach its node count finished, once.
+
+    The workflow row is locked (in id order) and its shards read after the lock,
+    as a batch's are: of two last nodes finishing at once, the second to get the
+    lock sees the first's count. The outcome: ``failed`` if a node died,
+    ``cancelled`` if an operator cancelled one, else ``succeeded`` (nodes let go
+    because their ``when`` could not be met, such as an unneeded compensation,
+    count as neither).
+    """
+    m = _models()
+    runs = list(
+        m.WorkflowRun.objects.using(using)
+        .filter(id__in=sorted(workflow_ids), outcome="")
+        .order_by("id")
+        .select_for_update()
+        .values_list("id", "node_count")
+    )
+    for workflow, node_count in runs:
+        sums = (
+            m.WorkflowCounter.objects.using(using)
+            .filter(workflow_id=workflow)
+            .aggregate(finished=Sum("finished"), dead=Sum("dead"), cancelled=Sum("cancelled"))
+        )
+        if int(sums["finished"] or 0) < node_count:
+            continue
+        if sums["dead"]:
+            outcome = m.Outcome.FAILED
+        elif sums["cancelled"]:
+            outcome = m.Outcome.CANCELLED
+        else:
+            outcome = m.Outcome.SUCCEEDED
+        m.WorkflowRun.objects.using(using).filter(id=workflow, outcome="").update(
+            outcome=outcome, finished_at=DatabaseNow(), live_key=None
+        )
+        logger.info("workflow %s finished: %s", workflow, outcome)
+
+
+def uncount_nodes(using: str, workflow: uuid.UUID, back: Mapping[uuid.UUID, str]) -> None:
+    """Nodes live again (id → the column they were counted in): off the counts, and the
+    workflow in progress again."""
+    m = _models()
+    size = (
+        m.WorkflowRun.objects.using(using)
+        .filter(id=workflow)
+        .values_list("node_count", flat=True)
+        .first()
+    )
+    if size is None:
+        return
+    counts: Counter[tuple[uuid.UUID, int, str]] = Counter(
+        (workflow, zlib.crc32(job_id.bytes) % workflow_shards(size), column)
+        for job_id, column in back.items()
+    )
+    _add_to_counters(using, counts, -1)
+    # A cancelled workflow keeps the outcome it had when it was cancelled.
+    m.WorkflowRun.objects.using(using).filter(id=workflow, cancelled_at__isnull=True).update(
+        outcome="", finished_at=None
+    )
 
 
 # --- batches ---------------------------------------------------------------------
@@ -304,7 +454,11 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
             handles.insert(0, batch.on_success)
         for name in handles:
             model.objects.db_manager(using).enqueue(name, args=[str(batch.id)])
-        m.BatchRun.objects.using(using).filter(id=batch.id).update(fired_at=DatabaseNow())
+        clean = counts["dead"] == 0 and counts["cancelled"] == 0
+        outcome = m.Outcome.SUCCEEDED if clean else m.Outcome.FAILED
+        m.BatchRun.objects.using(using).filter(id=batch.id).update(
+            fired_at=DatabaseNow(), outcome=outcome
+        )
         logger.info("batch %s finished (%s); enqueued %s", batch.id, counts, handles or "nothing")
 
 
@@ -323,13 +477,20 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
     """
     m = _models()
     nodes = m.WorkflowNode.objects.using(using)
-    row = nodes.filter(job_id=job_id).values_list("batch_id", "workflow__cancelled_at").first()
+    row = (
+        nodes.filter(job_id=job_id)
+        .values_list("batch_id", "workflow_id", "workflow__cancelled_at")
+        .first()
+    )
     if row is None:
         return []
-    batch_id, workflow_cancelled = row
+    batch_id, workflow_id, workflow_cancelled = row
     if batch_id is not None:
         uncount_member(using, job_id, batch_id, FAILED)
+    if workflow_id is None:
+        return []
     if workflow_cancelled is not None:
+        uncount_nodes(using, workflow_id, {job_id: "dead"})
         return []  # a cancelled workflow stays cancelled; only this job runs again
     edges = m.WorkflowEdge.objects.using(using)
     # Every node cancelled, directly or not, because of this one.
@@ -373,9 +534,19 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
             model.objects.using(using).filter(id__in=returning, status=JobStatus.CANCELLED).update(
                 status=JobStatus.WAITING, last_error="", finished_at=None
             )
+            # Those a concurrent prune deleted first are not back (read after the
+            # update, which waited for the prune): they stay counted as finished.
+            came_back = set(
+                model.objects.using(using)
+                .filter(id__in=returning, status=JobStatus.WAITING)
+                .values_list("id", flat=True)
+            )
+            back -= set(returning) - came_back
+            returning = [node for node in returning if node in came_back]
             nodes.filter(job_id__in=returning).update(cancelled_by=None)
         for node, cause in ruled_out.items():
             nodes.filter(job_id=node).update(cancelled_by=cause)
+    uncount_nodes(using, workflow_id, {node: "dead" if node == job_id else "" for node in back})
     # Their outcomes are undone: every dependent not released yet (waiting, or still
     # cancelled by another upstream) waits for them again.
     unreleased = (

@@ -21,7 +21,13 @@ from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.states import JobStatus
 
 from .base import JobWriter
-from .dependencies import CANCELLED, count_members, fire_finished_batches, shard_of
+from .dependencies import (
+    CANCELLED,
+    count_members,
+    fire_finished_batches,
+    shard_of,
+    workflow_shards,
+)
 from .enqueue import EnqueueWrites
 
 if TYPE_CHECKING:
@@ -89,6 +95,12 @@ class WorkflowWrites(JobWriter):
                         return holder, False
                 else:
                     run.save(using=using, force_insert=True)
+                m.WorkflowCounter.objects.using(using).bulk_create(
+                    [
+                        m.WorkflowCounter(workflow_id=run.id, shard=shard)
+                        for shard in range(workflow_shards(len(nodes)))
+                    ]
+                )
                 jobs = self._insert_node_jobs(nodes)
                 m.WorkflowNode.objects.using(using).bulk_create(
                     [
@@ -175,8 +187,12 @@ class WorkflowWrites(JobWriter):
                 # row may hold no unique key (arcature_unique_key_only_active).
                 row.unique_key = None
                 row.status = JobStatus.PENDING if not node.after else JobStatus.WAITING
+                row.trace_context = _traced_node(row.trace_context, node)
             driver_for(self.db).insert_rows(
-                self.model, rows, {*varying, "id", "status", "payload", "unique_key"}, 1000
+                self.model,
+                rows,
+                {*varying, "id", "status", "payload", "unique_key", "trace_context"},
+                1000,
             )
             for row in rows:
                 row._state.adding = False
@@ -205,6 +221,9 @@ class WorkflowWrites(JobWriter):
                 run = m.WorkflowRun.objects.using(self.db).filter(id=workflow_id)
                 run.update(live_key=None)
                 run.filter(cancelled_at__isnull=True).update(cancelled_at=DatabaseNow())
+                run.filter(outcome="").update(
+                    outcome=m.Outcome.CANCELLED, finished_at=DatabaseNow()
+                )
                 return rows
 
         return _retry_on_lock_conflict(self.db, operation)
@@ -357,6 +376,7 @@ class WorkflowWrites(JobWriter):
                 batch = m.BatchRun.objects.using(self.db).filter(id=batch_id)
                 batch.update(closed=True)
                 batch.filter(cancelled_at__isnull=True).update(cancelled_at=DatabaseNow())
+                batch.filter(fired_at__isnull=True).update(outcome=m.Outcome.CANCELLED)
                 # Only the members this transaction cancelled are counted as cancelled: a
                 # member whose completion landed between a read and the lock counted itself.
                 cancelled = self._cancel_where(reason, id__in=member_ids)
@@ -478,6 +498,20 @@ def cancel_message(reason: str) -> str:
     text = "cancelled with its workflow or batch"
     reason = " ".join(str(reason).split())[:REASON_LIMIT]
     return f"{text}: {reason}" if reason else text
+
+
+#: The key, in a traced node's ``trace_context``, saying where it sits: "u" it has
+#: upstream nodes (its attempt's span links to theirs), "d" it has dependents (its
+#: attempt stores its span's context for them). See ``django_arcature.contrib.otel``.
+NODE_TRACE_KEY = "arcature-node"
+
+
+def _traced_node(carrier: Any, node: NodeRow) -> Any:
+    """The enqueue's trace context, marked for span links; untouched when not traced."""
+    if not isinstance(carrier, dict) or not carrier:
+        return carrier
+    flags = ("u" if node.after else "") + ("d" if node.has_dependents else "")
+    return {**carrier, NODE_TRACE_KEY: flags} if flags else carrier
 
 
 def shard_for(job_id: uuid.UUID) -> int:

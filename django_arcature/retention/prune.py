@@ -15,6 +15,16 @@ Each batch is one short transaction that reaches its rows through the
 
 Every statement repeats ``status IN (finished)``: a job that is pending or
 running is never deleted, whatever rule or option asked for it.
+
+**Workflows and batches.** A finished node of a workflow still in progress is
+kept (``NOT EXISTS`` a live workflow holding it, one primary-key probe per
+candidate row): its dependents still read its result (``upstream()``) and a
+requeue may walk back through it. In the transaction that deletes a batch of
+jobs, their node rows and the edges touching them go too, and a finished
+workflow or batch left without nodes loses its row and its counter shards. The
+counters are never decremented here: a pruned node stays counted as finished,
+so a workflow that a requeue resumes after part of it was pruned still finishes
+(see :func:`django_arcature.manager.dependencies.resume`).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import Exists, OuterRef
 
 from django_arcature.db import DatabaseNow, now_sql, retry_on_lock_conflict
 
@@ -48,9 +59,15 @@ def _check(rule: PruneRule) -> None:
 
 def _queryset(rule: PruneRule, using: str) -> Any:
     from django_arcature.models import Job
+    from django_arcature.workflows.models import WorkflowNode
 
+    live_node = WorkflowNode.objects.using(using).filter(
+        job_id=OuterRef("id"), workflow__outcome=""
+    )
     rows = Job.objects.using(using).filter(
-        status=rule.status, finished_at__lt=DatabaseNow(-rule.older_than.total_seconds())
+        ~Exists(live_node),
+        status=rule.status,
+        finished_at__lt=DatabaseNow(-rule.older_than.total_seconds()),
     )
     if rule.queues is not None:
         rows = rows.filter(queue__in=rule.queues)
@@ -66,9 +83,20 @@ def count_prunable(rule: PruneRule, using: str) -> int:
 
 
 def _where(rule: PruneRule, qn: Any, vendor: str) -> tuple[str, list[Any]]:
+    from django_arcature.models import Job
+    from django_arcature.workflows.models import WorkflowNode, WorkflowRun
+
     cutoff = now_sql(vendor, -rule.older_than.total_seconds())
     sql = f"{qn('status')} = %s AND {qn('finished_at')} < {cutoff}"
     params: list[Any] = [rule.status]
+    nodes, runs = qn(WorkflowNode._meta.db_table), qn(WorkflowRun._meta.db_table)
+    sql += (
+        f" AND NOT EXISTS (SELECT 1 FROM {nodes} n INNER JOIN {runs} w"
+        f" ON w.{qn('id')} = n.{qn('workflow_id')}"
+        f" WHERE n.{qn('job_id')} = {qn(Job._meta.db_table)}.{qn('id')}"
+        f" AND w.{qn('outcome')} = %s)"
+    )
+    params.append("")
     if rule.queues is not None:
         sql += f" AND {qn('queue')} IN ({', '.join(['%s'] * len(rule.queues))})"
         params.extend(rule.queues)
@@ -98,24 +126,30 @@ def prune_batch(rule: PruneRule, using: str, batch: int) -> int:
             )
             DELETE FROM {table} AS j USING picked
             WHERE j.{qn("id")} = picked.{qn("id")} AND j.{qn("status")} IN ({finished})
+            RETURNING j.{qn("id")}
         """
 
         def operation() -> int:
-            with connection.cursor() as cursor:
+            with transaction.atomic(using=using), connection.cursor() as cursor:
                 cursor.execute(sql, [*params, batch, *FINISHED])
-                return int(cursor.rowcount)
+                ids = [row[0] for row in cursor.fetchall()]
+                prune_workflow_rows(using, ids)
+                return len(ids)
 
     elif vendor == "sqlite":
         sql = f"""
             DELETE FROM {table} WHERE {qn("id")} IN (
                 SELECT {qn("id")} FROM {table} WHERE {where} LIMIT %s
             ) AND {qn("status")} IN ({finished})
+            RETURNING {qn("id")}
         """
 
         def operation() -> int:
-            with connection.cursor() as cursor:
+            with transaction.atomic(using=using), connection.cursor() as cursor:
                 cursor.execute(sql, [*params, batch, *FINISHED])
-                return int(cursor.rowcount)
+                ids = [row[0] for row in cursor.fetchall()]
+                prune_workflow_rows(using, ids)
+                return len(ids)
 
     else:
 
@@ -142,9 +176,64 @@ def prune_batch(rule: PruneRule, using: str, batch: int) -> int:
                         f"DELETE FROM {table} WHERE {qn('id')} = %s",
                         [[pk.get_db_prep_value(value, connection)] for value in ids],
                     )
+                prune_workflow_rows(using, ids)
                 return len(ids)
 
     return retry_on_lock_conflict(using, operation)
+
+
+def prune_workflow_rows(using: str, job_ids: list[Any]) -> None:
+    """The node and edge rows of jobs just deleted, then the finished workflows and
+    batches left without a node; in the deleting transaction."""
+    from django_arcature.models import Job
+    from django_arcature.workflows.models import (
+        BatchCounter,
+        BatchRun,
+        WorkflowCounter,
+        WorkflowEdge,
+        WorkflowNode,
+        WorkflowRun,
+    )
+
+    if not job_ids:
+        return
+    pk = Job._meta.pk
+    assert pk is not None
+    ids = [pk.to_python(value) for value in job_ids]
+    nodes = WorkflowNode.objects.using(using).filter(job_id__in=ids)
+    owners = list(nodes.values_list("workflow_id", "batch_id"))
+    if not owners:
+        return
+    edges = WorkflowEdge.objects.using(using)
+    edges.filter(upstream_id__in=ids).delete()
+    edges.filter(downstream_id__in=ids).delete()
+    nodes.delete()
+    workflows = {workflow for workflow, _ in owners if workflow is not None}
+    batches = {batch for _, batch in owners if batch is not None}
+    empty = list(
+        WorkflowRun.objects.using(using)
+        .filter(id__in=workflows)
+        .exclude(outcome="")
+        .exclude(Exists(WorkflowNode.objects.using(using).filter(workflow_id=OuterRef("id"))))
+        .values_list("id", flat=True)
+    )
+    if empty:
+        edges.filter(workflow_id__in=empty).delete()
+        WorkflowCounter.objects.using(using).filter(workflow_id__in=empty).delete()
+        WorkflowRun.objects.using(using).filter(id__in=empty).delete()
+    done = list(
+        BatchRun.objects.using(using)
+        .filter(id__in=batches)
+        .exclude(outcome="")
+        .exclude(Exists(WorkflowNode.objects.using(using).filter(batch_id=OuterRef("id"))))
+        .values_list("id", flat=True)
+    )
+    if done:
+        BatchCounter.objects.using(using).filter(batch_id__in=done).delete()
+        BatchRun.objects.using(using).filter(id__in=done).delete()
+    logger.debug(
+        "pruned %d nodes; %d workflows and %d batches with them", len(owners), len(empty), len(done)
+    )
 
 
 def prune(

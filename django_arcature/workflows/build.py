@@ -30,6 +30,14 @@ class WorkflowError(ArcatureError, ValueError):
 
 
 def _task_name(task: Any) -> str:
+    if hasattr(task, "module_path") and hasattr(task, "func"):
+        # A django.tasks Task: its ``name`` is the bare function name, which would be
+        # stored as a task nobody registered. Refused rather than enqueued to fail.
+        raise WorkflowError(
+            f"{task.module_path} is a django.tasks Task: workflow nodes and batch members "
+            "(and batch callbacks) are @job handles or registered task names "
+            "(see the django.tasks reference, 'Workflows and batches')"
+        )
     name = getattr(task, "name", task)
     if not isinstance(name, str):
         raise TypeError(f"a node's task must be a @job handle or a task name, not {task!r}")

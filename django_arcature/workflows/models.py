@@ -35,7 +35,9 @@ __all__ = [
     "BatchRun",
     "EdgeState",
     "JobProgress",
+    "Outcome",
     "When",
+    "WorkflowCounter",
     "WorkflowEdge",
     "WorkflowNode",
     "WorkflowRun",
@@ -51,6 +53,15 @@ class When(models.TextChoices):
     SUCCEEDED = "succeeded", _("succeeded")
     FAILED = "failed", _("failed")
     ALWAYS = "always", _("always")
+
+
+class Outcome(models.TextChoices):
+    """How a workflow or batch ended; empty while it is in progress (the metrics read it)."""
+
+    IN_PROGRESS = "", _("in progress")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
 
 
 class EdgeState(models.TextChoices):
@@ -72,11 +83,18 @@ class WorkflowRun(models.Model):
     node_count = models.IntegerField(_("nodes"), default=0)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     cancelled_at = models.DateTimeField(_("cancelled at"), null=True, blank=True)
+    #: Set in the transaction that finished its last node (or cancelled it); a requeue
+    #: of a dead node that resumes the workflow clears both again.
+    outcome = models.CharField(
+        _("outcome"), max_length=16, choices=Outcome.choices, blank=True, default=""
+    )
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("workflow")
         verbose_name_plural = _("workflows")
         ordering = ("-created_at",)
+        indexes = (models.Index(fields=["outcome", "finished_at"], name="arcature_wf_outcome_idx"),)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.key})" if self.key else self.name
@@ -97,11 +115,18 @@ class BatchRun(models.Model):
     fired_at = models.DateTimeField(_("callbacks enqueued at"), null=True, blank=True)
     cancelled_at = models.DateTimeField(_("cancelled at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    #: Written with ``fired_at`` (succeeded: no member died or was cancelled) or by a cancel.
+    outcome = models.CharField(
+        _("outcome"), max_length=16, choices=Outcome.choices, blank=True, default=""
+    )
 
     class Meta:
         verbose_name = _("batch")
         verbose_name_plural = _("batches")
         ordering = ("-created_at",)
+        indexes = (
+            models.Index(fields=["outcome", "created_at"], name="arcature_batch_outcome_idx"),
+        )
 
     def __str__(self) -> str:
         return self.name or str(self.id)
@@ -123,6 +148,31 @@ class BatchCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.batch_id}#{self.shard}"
+
+
+class WorkflowCounter(models.Model):
+    """One shard of how many of a workflow's nodes have finished (and how many died).
+
+    Node completions add to the shard their job id picks, so siblings finishing
+    together rarely meet on one row; the workflow is finished when the shards sum
+    to its ``node_count`` (checked under the workflow row's lock, see
+    :mod:`django_arcature.manager.dependencies`).
+    """
+
+    workflow = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="counters")
+    shard = models.SmallIntegerField()
+    finished = models.IntegerField(default=0)
+    dead = models.IntegerField(default=0)
+    #: Cancelled by an operator (not the nodes let go because of an upstream's outcome).
+    cancelled = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=["workflow", "shard"], name="arcature_workflow_shard"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id}#{self.shard}"
 
 
 class WorkflowNode(models.Model):

@@ -356,3 +356,18 @@ def test_admin_lists_and_shows_waiting_nodes(admin_user: object) -> None:
     assert str(a.job_id) not in listing.content.decode()
     page = client.get(reverse("admin:django_arcature_job_change", args=[d.job_id]))
     assert page.status_code == 200
+
+
+def test_a_django_tasks_task_is_refused_as_a_node_member_or_callback() -> None:
+    """Its ``name`` is the bare function name: stored, it would be a task nobody runs."""
+    from django_arcature import Batch
+    from tests.integration import backend_tasks
+
+    flow = Workflow("tasks")
+    with pytest.raises(WorkflowError, match=r"django\.tasks Task"):
+        flow.add(backend_tasks.add, 1, 2)
+    with pytest.raises(WorkflowError, match=r"django\.tasks Task"):
+        Batch(on_success=backend_tasks.add)
+    with pytest.raises(WorkflowError, match=r"django\.tasks Task"):
+        Batch().add(backend_tasks.add, 1, 2)
+    assert not Job.objects.exists()

@@ -4,9 +4,12 @@ Hypothesis draws a DAG (each node waits for a random set of earlier nodes, with 
 random ``when``), enqueues it, then writes programs of claims, fenced completions
 (succeeded, dead, retry; one by one or two in one batch) under the current or a
 stale claim token, leases aged on the database and swept, operator cancels,
-requeues of dead nodes and a cancel of the whole workflow. A small in-memory model
-says what each step must do; after every step each node's status, and the
-attempts it has used, must be the model's. Invariants: no waiting node has all its
+requeues of dead nodes, snoozes (``raise Snooze``, through the worker's own
+``snooze_completion``) under the current or a stale token, and a cancel of the
+whole workflow. A small in-memory model says what each step must do; after every
+step each node's status, and the attempts it has used, must be the model's, and
+so must the workflow row's ``outcome`` (empty until its last node finishes; read
+by the metrics without scanning nodes). Invariants: no waiting node has all its
 dependencies met (it would have been released), a cancelled dependent of a
 finished upstream is explained, and a stale token never changes anything.
 
@@ -15,6 +18,7 @@ Profiles: ``tests/properties/conftest.py`` (``ARCATURE_SOAK=1`` for the long run
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -26,9 +30,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from django_arcature import Workflow
+from django_arcature.core.decide import HandlerError
+from django_arcature.db import ClaimedJob
 from django_arcature.models import Job
 from django_arcature.transitions import ClaimTransition, Completion
+from django_arcature.worker.dispatch import snooze_completion
 from django_arcature.workflows.build import Node
+from django_arcature.workflows.models import WorkflowRun
 from tests.properties.conftest import TALLY
 from tests.testapp import workflow_jobs as wf
 
@@ -85,7 +93,10 @@ class WorkflowModel(RuleBasedStateMachine):
         self.edge = {(u, d): "open" for d in range(n) for u in self.deps[d]}
         self.cancelled_by: dict[int, int | None] = {}
         self.tokens: dict[int, uuid.UUID] = {}
+        self.claims: dict[int, ClaimedJob] = {}
         self.stale: list[tuple[int, uuid.UUID]] = []
+        #: Nodes an operator cancelled (not those let go by an upstream's outcome).
+        self.operator_cancelled: set[int] = set()
         self.workflow_cancelled = False
         self.steps = 0
         TALLY.setdefault(TALLY_NAME, Counter())["examples"] += 1
@@ -166,6 +177,7 @@ class WorkflowModel(RuleBasedStateMachine):
         if i in self.tokens:
             self.stale.append((i, self.tokens[i]))
         self.tokens[i] = claimed.claim_token
+        self.claims[i] = claimed
         self.status[i] = "running"
         self.attempts[i] += 1
         self.step()
@@ -205,6 +217,33 @@ class WorkflowModel(RuleBasedStateMachine):
         assert Job.objects.complete_batch(batch) == [ClaimTransition.UPDATED] * 2
         for i, kind in zip(running, kinds, strict=True):
             self.land(i, kind)
+        self.step()
+
+    @rule(i=st.integers(0, 6), stale=st.booleans())
+    def snooze(self, i: int, stale: bool) -> None:
+        """``raise Snooze(0)``: back to pending with its attempt given back; a stale
+        claim's snooze is fenced out like any completion."""
+        i = self.pick(i, "running")
+        if self.status[i] != "running":
+            self.step()
+            return
+        claimed = self.claims[i]
+        if stale:
+            olds = [token for node, token in self.stale if node == i]
+            if not olds:
+                self.step()
+                return
+            claimed = dataclasses.replace(claimed, claim_token=olds[-1])
+        snoozed = snooze_completion(claimed, HandlerError("later", snooze=0.0), worker_id="w")
+        assert isinstance(snoozed, Completion)
+        written = Job.objects.complete_many([snoozed])
+        if stale:
+            assert written == [ClaimTransition.LOST]
+        else:
+            assert written == [ClaimTransition.UPDATED]
+            del self.tokens[i]
+            self.status[i] = "pending"
+            self.attempts[i] -= 1
         self.step()
 
     @precondition(lambda self: bool(self.stale) and self.steps % 3 == 0)
@@ -250,6 +289,7 @@ class WorkflowModel(RuleBasedStateMachine):
         if self.status[i] == "running":
             self.stale.append((i, self.tokens.pop(i)))
         self.status[i] = "cancelled"
+        self.operator_cancelled.add(i)
         self.finish(i, "cancelled")
         self.step()
 
@@ -268,12 +308,26 @@ class WorkflowModel(RuleBasedStateMachine):
             self.resume(i)
         self.step()
 
+    def expected_outcome(self) -> str:
+        if self.workflow_cancelled:
+            return self.frozen_outcome
+        if any(state in ("waiting", "pending", "running") for state in self.status):
+            return ""
+        if "dead" in self.status:
+            return "failed"
+        if any(self.status[i] == "cancelled" for i in self.operator_cancelled):
+            return "cancelled"
+        return "succeeded"
+
     @precondition(lambda self: self.steps >= 30 and not self.workflow_cancelled)
     @rule()
     def cancel_workflow(self) -> None:
         if self.workflow_cancelled:
             self.step()
             return
+        # A workflow cancelled in progress reads cancelled; one already finished keeps
+        # its outcome; either way it never changes again (requeues included).
+        self.frozen_outcome = self.expected_outcome() or "cancelled"
         self.flow.cancel()
         self.workflow_cancelled = True
         for i, state in enumerate(self.status):
@@ -293,6 +347,15 @@ class WorkflowModel(RuleBasedStateMachine):
         assert [rows[job_id] for job_id in self.ids] == self.status
         attempts = dict(Job.objects.filter(id__in=self.ids).values_list("id", "attempts"))
         assert [attempts[job_id] for job_id in self.ids] == self.attempts
+
+    @invariant()
+    def the_workflow_row_says_whether_it_finished(self) -> None:
+        if not hasattr(self, "ids"):
+            return
+        assert self.flow.run is not None
+        run = WorkflowRun.objects.get(pk=self.flow.run.pk)
+        assert run.outcome == self.expected_outcome()
+        assert (run.finished_at is None) == (run.outcome == "")
 
     @invariant()
     def no_waiting_node_is_ready(self) -> None:

@@ -79,3 +79,15 @@ async def async_until_cancelled(path: str, seconds: float) -> str:
         Path(path).write_text("cancelled")
         raise
     return "slept"
+
+
+@job(name="wf.batch_record", max_attempts=50)
+def batch_record(batch_id: str) -> str:
+    """A batch callback that appends ``callback <batch id>`` to ``ARCATURE_WF_RUNS`` per run."""
+    import os
+
+    path = os.environ.get("ARCATURE_WF_RUNS")
+    if path:
+        with open(path, "a") as runs:
+            runs.write(f"callback {batch_id}\n")
+    return batch_id

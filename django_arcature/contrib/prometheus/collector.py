@@ -10,6 +10,11 @@ the next ``sample_size`` jobs to be claimed, those the registered handlers
 name, the default queue, and any seen before by this collector: no DISTINCT
 scan. The result is kept ``sample_seconds``, so several scrapers (or a
 Prometheus with a short interval) cost one sample.
+
+Workflows and batches are counted from their own rows, never their nodes: the
+``outcome`` column is empty while one is in progress and is written in the
+transaction that finished (or cancelled) it, and each outcome is a bounded count
+over the ``(outcome, …)`` index.
 """
 
 from __future__ import annotations
@@ -45,11 +50,17 @@ class QueueSample:
     estimated: bool = False
 
 
+#: The finished outcomes of a workflow or batch ("" is in progress).
+OUTCOMES = ("succeeded", "failed", "cancelled")
+
+
 @dataclass
 class Sample:
     taken: float
     queues: dict[str, QueueSample] = field(default_factory=dict)
     seconds: float = 0.0
+    #: "workflows"/"batches" → outcome ("" for in progress) → rows.
+    runs: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class QueueCollector(Collector):
@@ -99,6 +110,21 @@ class QueueCollector(Collector):
             for key, family in families.items():
                 family.add_metric([name], float(getattr(line, key)))
         yield from families.values()
+        for kind, counts in sorted(sample.runs.items()):
+            yield GaugeMetricFamily(
+                f"arcature_{kind}_in_progress",
+                f"{kind.capitalize()} not finished yet (exact up to a bound, then the "
+                "planner's estimate).",
+                value=float(counts.get("", 0)),
+            )
+            finished = GaugeMetricFamily(
+                f"arcature_{kind}_finished",
+                f"Finished {kind} still stored (until pruned), by outcome.",
+                labels=["outcome"],
+            )
+            for outcome in OUTCOMES:
+                finished.add_metric([outcome], float(counts.get(outcome, 0)))
+            yield finished
         yield GaugeMetricFamily(
             "arcature_queue_sample_duration_seconds",
             "How long the last database sample of the queue gauges took.",
@@ -157,7 +183,22 @@ class QueueCollector(Collector):
                 if oldest is not None:
                     line.oldest_ready_age = max(0.0, (timezone.now() - oldest).total_seconds())
         self._known |= names
-        return Sample(time.monotonic(), queues, time.perf_counter() - started)
+        runs = self._runs()
+        return Sample(time.monotonic(), queues, time.perf_counter() - started, runs)
+
+    def _runs(self) -> dict[str, dict[str, int]]:
+        """Workflows and batches per outcome, from their rows' indexed ``outcome``."""
+        from django_arcature.db.counts import bounded_count
+        from django_arcature.workflows.models import BatchRun, WorkflowRun
+
+        runs: dict[str, dict[str, int]] = {}
+        for kind, model in (("workflows", WorkflowRun), ("batches", BatchRun)):
+            rows = model.objects.using(self.using)
+            runs[kind] = {
+                outcome: bounded_count(rows.filter(outcome=outcome), self.count_limit)[0]
+                for outcome in ("", *OUTCOMES)
+            }
+        return runs
 
 
 def _declared() -> set[str]:

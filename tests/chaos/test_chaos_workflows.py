@@ -1,0 +1,213 @@
+"""Chaos soak for workflows and batches: random DAGs and batches drained by worker
+processes that are SIGKILLed at random (and, on PostgreSQL and MariaDB, whose
+database sessions are killed on the server).
+
+Every node's body appends its label to a file, once per run. At the end:
+
+- every node ran at least once, and never before each of its upstream nodes had
+  run (its first line comes after theirs);
+- every job (node, member, callback) is ``succeeded`` with exactly one landed
+  completion (one attempt-log entry: only a landed write appends one), and no
+  ``job_succeeded`` event was sent twice for a job;
+- every workflow reads ``succeeded`` on its own row, finished once;
+- every batch enqueued each of its two callbacks exactly once, and both ran.
+
+CI: a few small workflows and batches per database, in seconds. ``ARCATURE_SOAK=1``
+(``make soak-workflows``): many more, for minutes. The counts are printed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_arcature import Batch, Workflow
+from django_arcature.models import Job, JobStatus
+from django_arcature.workflows.build import Node
+from django_arcature.workflows.models import WorkflowRun
+from tests.faults.processes import FaultWorker, event_counts
+from tests.testapp import workflow_jobs as wf
+
+from .test_chaos_soak import kill_worker_sessions as kill_every_session
+
+
+def kill_worker_sessions() -> int:
+    """The workers' sessions killed on the server; on PostgreSQL only this role's, so a
+    superuser's session on the same database (a monitor, a DBA) is left alone."""
+    if connection.vendor != "postgresql":
+        return kill_every_session()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND usename = current_user"
+        )
+        return int(cursor.fetchone()[0])
+
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
+
+SOAK = os.environ.get("ARCATURE_SOAK") == "1"
+WORKFLOWS = 30 if SOAK else 3
+#: Nodes per workflow, drawn uniformly; each waits for up to FAN_IN earlier nodes.
+NODES = (5, 40) if SOAK else (4, 8)
+FAN_IN = 6 if SOAK else 3
+BATCHES = 10 if SOAK else 2
+MEMBERS = (10, 100) if SOAK else (3, 6)
+#: Faults injected at most (CI: a few, then the fleet drains what is left).
+MAX_FAULTS = None if SOAK else 4
+WORKERS = 3
+CONCURRENCY = 2
+BATCH = 5
+LEASE = 2
+#: Seconds between two faults: long enough for a replacement worker to start and drain
+#: some (a fault every second kept a loaded host's fleet mostly starting up).
+PAUSE = (1.5, 4.0) if SOAK else (0.4, 0.9)
+TIMEOUT = 1800 if SOAK else 150
+#: How long each body runs: long enough for a SIGKILL to land in the middle of some.
+BODY_SECONDS = 0.05
+
+
+@pytest.fixture
+def fleet() -> Iterator[list[FaultWorker]]:
+    workers: list[FaultWorker] = []
+    yield workers
+    for worker in workers:
+        worker.cleanup()
+
+
+def build(chance: random.Random, runs: Path) -> tuple[dict[str, list[str]], list[Workflow]]:
+    """Random DAGs (edges only from earlier nodes: acyclic by construction)."""
+    upstream_of: dict[str, list[str]] = {}
+    flows = []
+    recorded = wf.record.using(max_attempts=50)
+    for w in range(WORKFLOWS):
+        flow = Workflow(f"chaos {w}")
+        nodes: list[tuple[str, Node]] = []
+        for n in range(chance.randint(*NODES)):
+            label = f"w{w}n{n}"
+            ups = chance.sample(nodes, k=min(len(nodes), chance.randint(0, FAN_IN)))
+            node = flow.add(
+                recorded, str(runs), label, BODY_SECONDS, after=[node for _, node in ups]
+            )
+            upstream_of[label] = [name for name, _ in ups]
+            nodes.append((label, node))
+        flow.enqueue()
+        flows.append(flow)
+    return upstream_of, flows
+
+
+def test_chaos_workflows_and_batches_fire_exactly_once(
+    tmp_path: Path, fleet: list[FaultWorker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed = int(os.environ.get("ARCATURE_CHAOS_SEED", str(random.randrange(1 << 30))))
+    chance = random.Random(seed)
+    runs = tmp_path / "runs.txt"
+    monkeypatch.setenv("ARCATURE_WF_RUNS", str(runs))
+    upstream_of, _flows = build(chance, runs)
+    batches = []
+    recorded = wf.record.using(max_attempts=50)
+    for b in range(BATCHES):
+        batch = Batch(on_success=wf.batch_record, on_finish=wf.batch_done, name=f"chaos {b}")
+        for m in range(chance.randint(*MEMBERS)):
+            label = f"b{b}m{m}"
+            batch.add(recorded, str(runs), label, BODY_SECONDS)
+            upstream_of[label] = []
+        batches.append(batch.enqueue())
+    events = tmp_path / "events.txt"
+    args = ["--concurrency", str(CONCURRENCY), "--batch", str(BATCH), "--lease", str(LEASE)]
+    connection.close()
+
+    def start() -> None:
+        fleet.append(FaultWorker(args, events))
+
+    for _ in range(WORKERS):
+        start()
+    sigkills = session_kills = kill_rounds = 0
+    deadline = time.monotonic() + TIMEOUT
+    callbacks = 2 * BATCHES
+    while True:
+        unfinished = Job.objects.exclude(status=JobStatus.SUCCEEDED).count()
+        fired = Job.objects.filter(task_name__in=("wf.batch_record", "wf.batch_done")).count()
+        connection.close()
+        if not unfinished and fired >= callbacks:
+            break
+        assert time.monotonic() < deadline, (
+            f"seed {seed}: {unfinished} job(s) not done after {TIMEOUT}s: "
+            f"{Counter(Job.objects.values_list('status', flat=True))}"
+        )
+        time.sleep(chance.uniform(*PAUSE))
+        if MAX_FAULTS is not None and sigkills + kill_rounds >= MAX_FAULTS:
+            continue
+        # Workers still starting up hold nothing: kill one that is draining.
+        live = [worker for worker in fleet if worker.alive() and "started" in worker.log]
+        if connection.vendor != "sqlite" and chance.random() < 0.3:
+            session_kills += kill_worker_sessions()
+            kill_rounds += 1
+            connection.close()
+        elif live:
+            victim = chance.choice(live)
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait()
+            sigkills += 1
+            start()
+    for worker in fleet:
+        started_by = time.monotonic() + 30
+        while worker.alive() and "started" not in worker.log and time.monotonic() < started_by:
+            time.sleep(0.05)
+        if worker.alive():
+            worker.proc.send_signal(signal.SIGTERM)
+    for worker in fleet:
+        if worker.proc.poll() is None:
+            assert worker.wait(30) == 0, worker.log[-3000:]
+
+    lines = runs.read_text().splitlines()
+    first: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        first.setdefault(line, index)
+    # Every body ran at least once, after every upstream body had run.
+    assert set(upstream_of) <= set(first), sorted(set(upstream_of) - set(first))[:10]
+    order_broken = [
+        (label, up) for label, ups in upstream_of.items() for up in ups if first[up] > first[label]
+    ]
+    assert order_broken == []
+    jobs = list(Job.objects.values_list("id", "status", "attempt_log", "task_name", "payload"))
+    assert {status for _, status, _, _, _ in jobs} == {"succeeded"}
+    # One landed completion per job, and never two job_succeeded events for one.
+    assert [str(pk) for pk, _, log, _, _ in jobs if len(log) != 1] == []
+    counts = event_counts(events)
+    assert max(counts[("job_succeeded", str(pk))] for pk, *_ in jobs) == 1
+    # Every workflow finished (its last node's transaction wrote it), as succeeded.
+    assert Counter(WorkflowRun.objects.values_list("outcome", flat=True)) == {
+        "succeeded": WORKFLOWS
+    }
+    # Each batch enqueued each callback exactly once, and each callback ran.
+    fired_for = Counter(
+        (task, payload["args"][0])
+        for _, _, _, task, payload in jobs
+        if task in ("wf.batch_record", "wf.batch_done")
+    )
+    expected = {
+        (task, str(batch.id)) for batch in batches for task in ("wf.batch_record", "wf.batch_done")
+    }
+    assert set(fired_for) == expected
+    assert set(fired_for.values()) == {1}
+    assert {f"callback {batch.id}" for batch in batches} <= set(first)
+    nodes = sum(1 for label in upstream_of if label.startswith("w"))
+    releases = sum(1 for label, ups in upstream_of.items() if ups)
+    reruns = len(lines) - len(first)
+    print(
+        f"\nworkflow chaos on {connection.vendor} (seed {seed}): {WORKFLOWS} workflows, "
+        f"{nodes} nodes, {releases} fan-in/chain releases, {BATCHES} batches of "
+        f"{len(upstream_of) - nodes} members, {sum(fired_for.values())} callbacks; "
+        f"{sigkills} SIGKILLs, {session_kills} killed sessions; {len(lines)} runs "
+        f"({reruns} re-runs of lost attempts)"
+    )
