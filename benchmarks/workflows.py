@@ -200,6 +200,7 @@ class WorkflowBench:
             "django_arcature_workflowedge",
             "django_arcature_workflownode",
             "django_arcature_jobprogress",
+            "django_arcature_workflowcounter",
             "django_arcature_workflowrun",
             "django_arcature_batchcounter",
             "django_arcature_batchrun",

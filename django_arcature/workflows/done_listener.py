@@ -290,9 +290,11 @@ def mark_waited(job_id: uuid.UUID, using: str) -> None:
 
 
 def _job_table() -> str:
-    from django_arcature.models import Job
+    # Through the app registry: the models module imports this one (``Job.wait``).
+    from django.apps import apps
 
-    return connections["default"].ops.quote_name(Job._meta.db_table)
+    job = apps.get_model("django_arcature", "Job")
+    return connections["default"].ops.quote_name(job._meta.db_table)
 
 
 def close_all() -> None:

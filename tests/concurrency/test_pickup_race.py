@@ -118,13 +118,20 @@ def _run_rounds(worker: WorkerProcess, trace_file: Path, decoy: _Decoy) -> int:
     return races
 
 
-@pytest.mark.parametrize("wake", ["hints", "listen"])
+@pytest.mark.parametrize(
+    "wake",
+    [
+        "hints",
+        pytest.param(
+            "listen",
+            marks=pytest.mark.only_on("postgresql", reason="LISTEN/NOTIFY is PostgreSQL's"),
+        ),
+    ],
+)
 def test_a_job_enqueued_during_the_claim_is_picked_up(
     start_worker: StartWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wake: str
 ) -> None:
     if wake == "listen":
-        if connection.vendor != "postgresql":
-            pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
         monkeypatch.setenv("ARCATURE_TEST_WAKE_HINTS", "0")
     trace_file = tmp_path / "trace.jsonl"
     monkeypatch.setenv(ENV, str(trace_file))

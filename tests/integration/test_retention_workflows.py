@@ -13,7 +13,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 
 from django_arcature import Batch, Workflow
 from django_arcature.db import DatabaseNow
@@ -158,8 +158,8 @@ def test_an_open_batch_keeps_its_row_when_its_members_are_pruned() -> None:
     assert Job.objects.filter(task_name="wf.batch_done").count() == 1
 
 
-needs_two_writers = pytest.mark.skipif(
-    connection.vendor == "sqlite", reason="SQLite runs one writer at a time"
+needs_two_writers = pytest.mark.only_on(
+    "postgresql", "mysql", reason="SQLite runs one writer at a time"
 )
 
 

@@ -167,9 +167,7 @@ def complete_together(tokens: dict[uuid.UUID, uuid.UUID]) -> None:
     assert not errors, errors
 
 
-@pytest.mark.skipif(
-    connection.vendor == "sqlite", reason="SQLite runs one writer at a time: no two at once"
-)
+@pytest.mark.only_on("postgresql", "mysql", reason="SQLite runs one writer at a time")
 def test_two_last_siblings_finishing_at_once_finish_the_workflow_once() -> None:
     """Both last leaves complete in overlapping transactions; one of them sees the other."""
     for _round in range(3):
