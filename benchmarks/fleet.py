@@ -203,13 +203,13 @@ class Sampler(threading.Thread):
         self.events: Counter[str] = Counter()
         self.samples = 0
         self.waiting_locks = 0
-        self._stop = threading.Event()
+        self._finish = threading.Event()
 
     def run(self) -> None:
         import psycopg
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while not self._stop.is_set():
+            while not self._finish.is_set():
                 rows = conn.execute(
                     "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
                     "WHERE datname = %s AND pid <> pg_backend_pid()",
@@ -230,10 +230,10 @@ class Sampler(threading.Thread):
                     else:
                         continue  # idle sessions: waiting for the next command
                     self.events[label] += 1
-                self._stop.wait(self.every)
+                self._finish.wait(self.every)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._finish.set()
         self.join()
 
     def summary(self) -> dict[str, Any]:

@@ -101,7 +101,7 @@ class LockSampler(threading.Thread):
         self.samples: list[int] = []
         self.kinds: dict[str, int] = {}
         self.row_lock_waits: int | None = None
-        self._stop = threading.Event()
+        self._finish = threading.Event()
         self._ready = threading.Event()
         self.error = ""
 
@@ -134,13 +134,13 @@ class LockSampler(threading.Thread):
                 self._ready.set()
                 return
             self._ready.set()
-            while not self._stop.is_set():
+            while not self._finish.is_set():
                 cursor.execute(query)
                 rows = cursor.fetchall()
                 self.samples.append(len(rows))
                 for (kind,) in rows:
                     self.kinds[kind] = self.kinds.get(kind, 0) + 1
-                self._stop.wait(self.every)
+                self._finish.wait(self.every)
             if self.vendor == "mysql":
                 cursor.execute("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_waits'")
                 self.row_lock_waits = int(cursor.fetchone()[1]) - before
@@ -150,7 +150,7 @@ class LockSampler(threading.Thread):
         self._ready.wait(10)
 
     def finish(self) -> dict[str, Any]:
-        self._stop.set()
+        self._finish.set()
         self.join(30)
         if self.vendor not in ("postgresql", "mysql"):
             return {}
