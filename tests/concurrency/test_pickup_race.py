@@ -38,7 +38,7 @@ from django_arcature.worker.pickup_trace import ENV
 from django_arcature.worker.wakeup import CHANNEL, _autocommit_connection
 from tests.concurrency.conftest import WorkerProcess, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 

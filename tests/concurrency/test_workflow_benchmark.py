@@ -20,7 +20,7 @@ from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 VENDOR_TO_DB = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql"}
 

@@ -21,7 +21,7 @@ from django_arcature.models import Job, JobStatus
 from tests.concurrency.conftest import WorkerProcess, wait_until
 from tests.testapp import workflow_jobs as wf
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 StartWorker = Callable[..., WorkerProcess]
 
