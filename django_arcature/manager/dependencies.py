@@ -280,23 +280,35 @@ def count_nodes(
             .order_by()
             .values_list("id", "node_count")
         )
-    counts: Counter[tuple[uuid.UUID, int, str]] = Counter()
-    for job_id, (workflow, column) in ended.items():
-        if workflow in sizes:
-            shard = zlib.crc32(job_id.bytes) % workflow_shards(sizes[workflow])
-            counts[(workflow, shard, column)] += 1
+    # All of a workflow's nodes this transaction finished go to one shard (that of
+    # the smallest id among them): one UPDATE per workflow and transaction, where a
+    # shard per node cost up to one per shard on every flush of a wide fan-in. Only
+    # the sum over the shards means anything; two workers' flushes still land on
+    # different shards nearly always.
+    first: dict[uuid.UUID, uuid.UUID] = {}
+    for job_id, (workflow, _) in ended.items():
+        if workflow in sizes and (workflow not in first or job_id < first[workflow]):
+            first[workflow] = job_id
+    counts: dict[tuple[uuid.UUID, int], Counter[str]] = {}
+    for workflow, column in ended.values():
+        if workflow in first:
+            shard = zlib.crc32(first[workflow].bytes) % workflow_shards(sizes[workflow])
+            counts.setdefault((workflow, shard), Counter())[column] += 1
     _add_to_counters(using, counts, +1)
-    finish_workflows(using, {workflow for workflow, _ in ended.values()} & set(sizes) - busy)
+    finish_workflows(using, set(first) - busy)
 
 
 def _add_to_counters(
-    using: str, counts: Mapping[tuple[uuid.UUID, int, str], int], sign: int
+    using: str, counts: Mapping[tuple[uuid.UUID, int], Counter[str]], sign: int
 ) -> None:
+    """One UPDATE per (workflow, shard): ``finished`` by every node, ``dead`` and
+    ``cancelled`` by those counted in them (column "" counts in ``finished`` only)."""
     m = _models()
-    for (workflow, shard, column), n in sorted(counts.items(), key=str):
-        change: dict[str, Any] = {"finished": F("finished") + sign * n}
-        if column:
-            change[column] = F(column) + sign * n
+    for (workflow, shard), columns in sorted(counts.items(), key=str):  # id order: no deadlock
+        change: dict[str, Any] = {"finished": F("finished") + sign * sum(columns.values())}
+        for column, n in columns.items():
+            if column:
+                change[column] = F(column) + sign * n
         m.WorkflowCounter.objects.using(using).filter(workflow_id=workflow, shard=shard).update(
             **change
         )
@@ -352,10 +364,10 @@ def uncount_nodes(using: str, workflow: uuid.UUID, back: Mapping[uuid.UUID, str]
     )
     if size is None:
         return
-    counts: Counter[tuple[uuid.UUID, int, str]] = Counter(
-        (workflow, zlib.crc32(job_id.bytes) % workflow_shards(size), column)
-        for job_id, column in back.items()
-    )
+    counts: dict[tuple[uuid.UUID, int], Counter[str]] = {}
+    for job_id, column in back.items():
+        shard = zlib.crc32(job_id.bytes) % workflow_shards(size)
+        counts.setdefault((workflow, shard), Counter())[column] += 1
     _add_to_counters(using, counts, -1)
     # A cancelled workflow keeps the outcome it had when it was cancelled.
     m.WorkflowRun.objects.using(using).filter(id=workflow, cancelled_at__isnull=True).update(
