@@ -92,6 +92,10 @@ DEFAULTS: dict[str, Any] = {
     "MAX_SNOOZES": 100,
     # The shortest interval between two progress writes of one job, in seconds.
     "PROGRESS_INTERVAL": 1.0,
+    # PostgreSQL: make every claim's commit wait for its WAL flush. Off by default: a
+    # claim lost in a server crash only puts the job back to pending, and the stale
+    # worker's writes are fenced out (django_arcature.db.relaxed_claim).
+    "DURABLE_CLAIMS": False,
 }
 
 
@@ -131,6 +135,7 @@ class ArcatureSettings:
     upstream_max_bytes: int = DEFAULTS["UPSTREAM_MAX_BYTES"]
     max_snoozes: int = DEFAULTS["MAX_SNOOZES"]
     progress_interval: float = DEFAULTS["PROGRESS_INTERVAL"]
+    durable_claims: bool = DEFAULTS["DURABLE_CLAIMS"]
 
 
 def _is_number(value: object) -> bool:
@@ -294,6 +299,7 @@ _RULES: dict[str, tuple[Any, str]] = {
         _seconds(0, MAX_INTERVAL_SECONDS),
         f"a number of seconds from 0 to {MAX_INTERVAL_SECONDS} (e.g. 1.0)",
     ),
+    "DURABLE_CLAIMS": (lambda v: isinstance(v, bool), "True or False"),
 }
 
 

@@ -13,6 +13,7 @@ from .base import ClaimedFields, CompletionRow, Driver
 from .batch import update_from_values
 from .claimed import ClaimedJob
 from .copy_text import copy_text
+from .relaxed_claim import relax_claim_commit
 from .rows import prepare_rows
 from .single_statement import claim_with_cte
 
@@ -59,6 +60,10 @@ class PostgreSQLDriver(Driver):
         FOR UPDATE SKIP LOCKED)`` the planner may re-run the subquery for every
         row it updates, each run skipping the rows this statement just changed
         and picking new ones, so a claim of 1 took several jobs.
+
+        In autocommit its commit does not wait for the WAL flush unless
+        ``ARCATURE["DURABLE_CLAIMS"]`` says so (:mod:`.relaxed_claim` says why a
+        lost claim is safe).
         """
         return claim_with_cte(
             self.connection,
@@ -74,6 +79,7 @@ class PostgreSQLDriver(Driver):
             now=self.now_sql(),
             expires=self.now_sql(lease_seconds),
             recheck=False,
+            also_from=relax_claim_commit(self.connection),
         )
 
     def supports_batch_completion(self) -> bool:

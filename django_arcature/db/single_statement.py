@@ -28,6 +28,7 @@ def claim_with_cte(
     now: str,
     expires: str,
     recheck: bool,
+    also_from: str = "",
 ) -> list[ClaimedJob]:
     """The one-statement claim PostgreSQL and SQLite share: pick in a CTE, stamp, return.
 
@@ -41,6 +42,11 @@ def claim_with_cte(
     with each picked id, when its statistics (taken while the table held only
     finished jobs) call that cheap: 187 ms a claim with 3,000,000 finished and 20,000
     pending rows, instead of under 1 ms (benchmarks/scale.md).
+
+    ``also_from`` (PostgreSQL only, without ``recheck``) is joined into the
+    UPDATE's ``FROM``: a one-row subquery evaluated once per statement, which is
+    how :mod:`.relaxed_claim` turns the claim's own commit asynchronous without a
+    round trip of its own.
     """
     qn = connection.ops.quote_name
     params: list[Any] = ["pending"]
@@ -60,7 +66,7 @@ def claim_with_cte(
         params.append("pending")
         prefix = ""
     else:
-        target = f"FROM picked WHERE {qn(table)}.{qn('id')} = picked.{qn('id')}"
+        target = f"FROM picked{also_from} WHERE {qn(table)}.{qn('id')} = picked.{qn('id')}"
         prefix = f"{qn(table)}."
     # SQLite: the unary + keeps ``available_at`` out of the index search. With
     # statistics of a table holding two statuses (many waiting workflow nodes, or

@@ -47,6 +47,7 @@ GOOD: dict[str, list[Any]] = {
     "UPSTREAM_MAX_BYTES": [1024, 1024 * 1024],
     "MAX_SNOOZES": [0, 100],
     "PROGRESS_INTERVAL": [0, 0.5, 1.0, 3600],
+    "DURABLE_CLAIMS": [True, False],
 }
 BAD: dict[str, list[Any]] = {
     "MAX_PAYLOAD_BYTES": [0, 1023, 4 * 1024 * 1024 + 1, 1.5, "1MiB", True, None],
@@ -81,6 +82,7 @@ BAD: dict[str, list[Any]] = {
     "UPSTREAM_MAX_BYTES": [1023, 64 * 1024 * 1024 + 1, None],
     "MAX_SNOOZES": [-1, 1.0, None, True],
     "PROGRESS_INTERVAL": [-0.1, 3601, float("nan"), None, "1"],
+    "DURABLE_CLAIMS": [1, 0, "True", None],
 }
 
 
