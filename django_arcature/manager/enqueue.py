@@ -51,6 +51,16 @@ def set_eager_runner(runner: Callable[[Job], Job] | None) -> None:
     _eager_runner = runner
 
 
+def eager_runner() -> Callable[[Job], Job]:
+    """The installed eager runner; a clear error when none is (the app is not installed)."""
+    if _eager_runner is None:
+        raise RuntimeError(
+            "ARCATURE['EAGER'] is on but no eager runner is installed: is "
+            "'django_arcature' in INSTALLED_APPS (its ready() installs it)?"
+        )
+    return _eager_runner
+
+
 class EnqueueWrites(JobWriter):
     """pending rows in; ``job_enqueued`` once they commit."""
 
@@ -285,15 +295,18 @@ class EnqueueWrites(JobWriter):
         The row is inserted and validated first, and each run goes through the
         same claim, dispatch and fenced write as a worker's, so a test sees the
         job's real end state (result, error, attempts) on the returned object.
+        Jobs enqueued by a completion the eager runner is writing (a batch's
+        callbacks) run just after it instead, from the eager drain
+        (:mod:`django_arcature.workflows.eager`), not inside its transaction.
         """
         if not jobs or not get_settings().eager:
             return jobs
-        if _eager_runner is None:
-            raise RuntimeError(
-                "ARCATURE['EAGER'] is on but no eager runner is installed: is "
-                "'django_arcature' in INSTALLED_APPS (its ready() installs it)?"
-            )
-        return [_eager_runner(job) for job in jobs]
+        from django_arcature.workflows.eager import defer
+
+        runner = eager_runner()
+        if defer(jobs):
+            return jobs
+        return [runner(job) for job in jobs]
 
     def _build(
         self,

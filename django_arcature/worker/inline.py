@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django_arcature.conf import get_settings
+from django_arcature.workflows import eager
 
 from . import dispatch
 
@@ -61,7 +62,9 @@ def run_job(
         state = f"is {status}" if status else "does not exist"
         raise JobNotPending(f"job {job_id} {state}; only a pending job can be run")
     completion = dispatch.process(claimed, worker_id=worker, now=now, timeout=timeout)
-    manager.complete_many([completion])
+    # Under EAGER, what the completion enqueues (a batch's callbacks) runs after it.
+    with eager.completing(using):
+        manager.complete_many([completion])
     if claimed.undecodable:
         # Written off as malformed: loading the columns that could not be read would
         # fail again, so they are left to load (and fail) only if asked for.
