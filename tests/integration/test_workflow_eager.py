@@ -195,6 +195,7 @@ def test_a_node_that_enqueues_a_workflow_runs_it_inline() -> None:
     assert WorkflowRun.objects.get(id=inner_id).outcome == Outcome.SUCCEEDED
 
 
+@pytest.mark.slow
 @override_settings(ARCATURE=EAGER)
 def test_a_2000_node_chain_runs_without_recursion() -> None:
     """A loop, not a recursion: far past Python's recursion limit in nested runs."""
