@@ -492,8 +492,9 @@ def test_the_batch_page_links_the_stored_callback_jobs_not_lookalikes() -> None:
     assert batch.run is not None
     [member] = Job.objects.filter(task_name="wf.step").values_list("id", flat=True)
     succeed(member)
-    run = BatchRun.objects.get(pk=batch.id)
-    assert run.on_success_job_id is not None and run.on_finish_job_id is not None
+    run = BatchRun.objects.get(pk=batch.run.pk)
+    assert run.on_success_job_id is not None
+    assert run.on_finish_job_id is not None
     lookalike = wf.batch_done.enqueue(str(batch.id))
     html = operator("view_job").get(page_url(batch.run)).content.decode()
     for job_id in (run.on_success_job_id, run.on_finish_job_id):
@@ -506,7 +507,7 @@ def test_a_batch_fired_before_the_ids_were_stored_finds_its_callbacks_by_time() 
     assert batch.run is not None
     [member] = Job.objects.filter(task_name="wf.step").values_list("id", flat=True)
     succeed(member)
-    BatchRun.objects.filter(pk=batch.id).update(on_success_job_id=None, on_finish_job_id=None)
+    BatchRun.objects.filter(pk=batch.run.pk).update(on_success_job_id=None, on_finish_job_id=None)
     html = operator("view_job").get(page_url(batch.run)).content.decode()
     for job_id in Job.objects.filter(task_name="wf.batch_done").values_list("id", flat=True):
         assert f'href="{reverse("admin:django_arcature_job_change", args=[job_id])}"' in html

@@ -49,7 +49,7 @@ def test_on_success_and_on_finish_fire_once_after_the_last_member() -> None:
     # Both callbacks, once each (the task name is what the batch stores), and their ids.
     fired = Job.objects.filter(task_name="wf.batch_done")
     assert fired.count() == 2
-    run = BatchRun.objects.get(id=batch.id)
+    run = BatchRun.objects.get(id=batch._id())
     assert {run.on_success_job_id, run.on_finish_job_id} == set(fired.values_list("id", flat=True))
     assert run.on_success_job_id != run.on_finish_job_id
     assert batch.counts() == {"total": 5, "succeeded": 5, "dead": 0, "cancelled": 0, "pending": 0}
@@ -62,8 +62,9 @@ def test_on_success_is_skipped_when_a_member_died() -> None:
     batch.enqueue()
     finish(first, dead=True)
     finish(second)
-    run = BatchRun.objects.get(id=batch.id)
+    run = BatchRun.objects.get(id=batch._id())
     assert run.on_success_job_id is None  # a member died: on_success never enqueued
+    assert run.on_finish_job_id is not None
     assert Job.objects.get(id=run.on_finish_job_id).task_name == "wf.batch_done"
     assert list(
         Job.objects.filter(task_name="wf.batch_done").values_list("payload", flat=True)
@@ -113,7 +114,7 @@ def test_requeued_member_counts_again_and_callbacks_stay_fired_once() -> None:
     batch.enqueue()
     finish(member, dead=True)
     [callback] = Job.objects.filter(task_name="wf.batch_done").values_list("id", flat=True)
-    stored = BatchRun.objects.filter(id=batch.id).values_list(
+    stored = BatchRun.objects.filter(id=batch._id()).values_list(
         "on_success_job_id", "on_finish_job_id"
     )
     assert stored.get() == (None, callback)

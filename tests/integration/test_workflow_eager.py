@@ -7,6 +7,7 @@ tests read every node's stored end state, not what the drain thinks it did.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -46,6 +47,16 @@ def fulfilment(amount_cents: int = 100) -> tuple[Workflow, dict[str, Node]]:
     return flow, nodes
 
 
+def flow_id(flow: Workflow) -> uuid.UUID:
+    assert flow.id is not None
+    return flow.id
+
+
+def batch_id(batch: Batch) -> uuid.UUID:
+    assert batch.id is not None
+    return batch.id
+
+
 def states(nodes: dict[str, Node]) -> dict[str, str]:
     return {name: fresh(node.job_id).status for name, node in nodes.items()}
 
@@ -67,9 +78,10 @@ def test_order_fulfilment_runs_to_its_end_state(runs: list[str]) -> None:
     ship = fresh(nodes["ship"].job_id)
     assert ship.result == ["picked 1", "picked 2", "picked 3"]  # upstream() read inline
     refund = fresh(nodes["refund"].job_id)
-    assert "charge_card" in refund.last_error and "cannot be met" in refund.last_error
+    assert "charge_card" in refund.last_error
+    assert "cannot be met" in refund.last_error
     assert all(fresh(node.job_id).attempts <= 1 for node in nodes.values())
-    run = WorkflowRun.objects.get(id=flow.id)
+    run = WorkflowRun.objects.get(id=flow_id(flow))
     assert (run.outcome, run.live_key) == (Outcome.SUCCEEDED, None)
 
 
@@ -88,7 +100,7 @@ def test_a_failing_node_runs_its_refund_branch(runs: list[str]) -> None:
     assert runs == ["charge 7", "refund 7"]
     assert fresh(nodes["refund"].job_id).result == "refunded 7"
     assert fresh(nodes["charge"].job_id).error_kind == "permanent"
-    assert WorkflowRun.objects.get(id=flow.id).outcome == Outcome.FAILED
+    assert WorkflowRun.objects.get(id=flow_id(flow)).outcome == Outcome.FAILED
 
 
 @override_settings(ARCATURE=EAGER)
@@ -153,7 +165,7 @@ def test_a_batch_runs_its_members_then_its_callbacks_once(runs: list[str]) -> No
         ("wf.batch_note", "succeeded", str(batch.id)),
     ]
     assert batch.counts() == {"total": 4, "succeeded": 4, "dead": 0, "cancelled": 0, "pending": 0}
-    assert BatchRun.objects.get(id=batch.id).outcome == Outcome.SUCCEEDED
+    assert BatchRun.objects.get(id=batch_id(batch)).outcome == Outcome.SUCCEEDED
 
 
 @override_settings(ARCATURE=EAGER)
@@ -164,7 +176,7 @@ def test_a_batch_with_a_dead_member_runs_on_finish_only(runs: list[str]) -> None
     batch.enqueue()
     assert not Job.objects.filter(task_name="wf.batch_done").exists()
     assert runs == ["charge 1", "pick 2", f"callback {batch.id}"]
-    assert BatchRun.objects.get(id=batch.id).outcome == Outcome.FAILED
+    assert BatchRun.objects.get(id=batch_id(batch)).outcome == Outcome.FAILED
 
 
 @override_settings(ARCATURE=EAGER)
@@ -173,7 +185,7 @@ def test_an_open_batch_fires_when_closed(runs: list[str]) -> None:
     batch.add(wf.pick_item, 1)
     batch.enqueue(close=False)
     assert runs == ["pick 1"]
-    more = Batch.open(batch.id)
+    more = Batch.open(batch_id(batch))
     more.add(wf.pick_item, 2)
     more.enqueue(close=False)
     assert runs == ["pick 1", "pick 2"]
@@ -187,7 +199,7 @@ def test_a_node_that_enqueues_a_workflow_runs_it_inline() -> None:
     outer = flow.add(wf.nested_flow, "x")
     last = flow.add(wf.step, "done", after=[outer])
     flow.enqueue()
-    inner_id = fresh(outer.job_id).result
+    inner_id = uuid.UUID(str(fresh(outer.job_id).result))
     inner_nodes = WorkflowNode.objects.filter(workflow_id=inner_id).values_list("job_id", flat=True)
     inner = sorted(Job.objects.filter(id__in=inner_nodes).values_list("result", "status"))
     assert inner == [("x 1", "succeeded"), ("x 2", "succeeded")]
@@ -213,7 +225,7 @@ def test_a_2000_node_chain_runs_without_recursion() -> None:
         sys.setrecursionlimit(limit)
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 2000
     assert fresh(node.job_id).result == "1999"
-    assert WorkflowRun.objects.get(id=flow.id).outcome == Outcome.SUCCEEDED
+    assert WorkflowRun.objects.get(id=flow_id(flow)).outcome == Outcome.SUCCEEDED
 
 
 def test_without_eager_nothing_runs(runs: list[str]) -> None:
