@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from django_arcature import signals
 from django_arcature.conf import get_settings
+from django_arcature.core.eager_hand_off import defer
 from django_arcature.core.limits import (
     NAME_MAX_LENGTH,
     QUEUE_MAX_LENGTH,
@@ -297,14 +298,12 @@ class EnqueueWrites(JobWriter):
         job's real end state (result, error, attempts) on the returned object.
         Jobs enqueued by a completion the eager runner is writing (a batch's
         callbacks) run just after it instead, from the eager drain
-        (:mod:`django_arcature.workflows.eager`), not inside its transaction.
+        (:mod:`django_arcature.core.eager_hand_off`), not inside its transaction.
         """
         if not jobs or not get_settings().eager:
             return jobs
-        from django_arcature.workflows.eager import defer
-
         runner = eager_runner()
-        if defer(jobs):
+        if defer(job.pk for job in jobs):
             return jobs
         return [runner(job) for job in jobs]
 

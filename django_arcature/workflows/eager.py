@@ -13,14 +13,9 @@ one). Nothing here moves a node: the completion did, as in a worker.
 It is a loop over a queue, never a recursion, so a 10,000-node chain runs in
 constant stack depth.
 
-**Jobs enqueued by a completion** (a batch's callbacks, enqueued by its last
-member's fenced completion) would otherwise run inside that completion's
-transaction, in the middle of the fan-in code, one level deeper per batch. While
-the runner completes a job (:func:`completing`), an eager enqueue is handed to the
-drain that is running instead (:func:`defer`), which runs it next; with no drain
-running, the runner starts one for them once the completion is written. Jobs a
-*handler* enqueues still run at once, inside the handler, as a plain eager
-enqueue always has.
+A batch's callbacks, enqueued by its last member's completion, are handed to the
+drain running (:mod:`django_arcature.core.eager_hand_off`) and run next, not inside
+that completion's transaction.
 
 As for a plain eager enqueue, each ready job runs one attempt: a node that fails
 with attempts left (or snoozes) stays ``pending`` and its dependents stay
@@ -29,28 +24,22 @@ with attempts left (or snoozes) stays ``pending`` and its dependents stay
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from django_arcature.conf import get_settings
+from django_arcature.core import eager_hand_off
 from django_arcature.states import JobStatus
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
 
-__all__ = ["Drain", "completing", "defer", "enabled"]
+__all__ = ["Drain", "enabled", "run"]
 
 logger = logging.getLogger(__name__)
-
-#: The drain running in this context (innermost), if any.
-_running: ContextVar[Drain | None] = ContextVar("arcature_eager_drain", default=None)
-#: Whether the eager runner is writing a completion in this context right now.
-_completing: ContextVar[bool] = ContextVar("arcature_eager_completing", default=False)
 
 
 def enabled() -> bool:
@@ -79,8 +68,7 @@ class Drain:
 
     def run(self) -> dict[uuid.UUID, Job]:
         """Run until nothing queued is left; what ran, by id."""
-        token = _running.set(self)
-        try:
+        with eager_hand_off.draining(self):
             while self.queue:
                 job_id = self.queue.popleft()
                 job = self._run_one(job_id)
@@ -89,8 +77,6 @@ class Drain:
                 self.ran[job_id] = job
                 if job_id in self.dependents:
                     self._look_after(job_id)
-        finally:
-            _running.reset(token)
         return self.ran
 
     def _run_one(self, job_id: uuid.UUID) -> Job | None:
@@ -141,34 +127,3 @@ def run(
     drain = Drain(using, dependents)
     drain.add(ready)
     return drain.run()
-
-
-def defer(jobs: Sequence[Job]) -> bool:
-    """Called by an eager enqueue: whether ``jobs`` were handed to the running drain
-    (they were enqueued by a completion the eager runner is writing)."""
-    drain = _running.get()
-    if not _completing.get() or drain is None:
-        return False
-    drain.add(job.pk for job in jobs)
-    return True
-
-
-@contextlib.contextmanager
-def completing(using: str) -> Iterator[None]:
-    """Around the eager runner's completion write: what it enqueues runs after it.
-
-    With no drain running (a plain eager enqueue, ``testing.run_job``), one is
-    started for them once the write is done.
-    """
-    drain = _running.get()
-    own = Drain(using) if drain is None else None
-    outer = _running.set(own) if own is not None else None
-    token = _completing.set(True)
-    try:
-        yield
-    finally:
-        _completing.reset(token)
-        if outer is not None:
-            _running.reset(outer)
-    if own is not None and own.queue:
-        own.run()
