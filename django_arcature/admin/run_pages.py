@@ -266,42 +266,36 @@ class Callback:
     list_url: str
 
 
-#: How far from the batch's ``fired_at`` a callback job's ``created_at`` is looked for.
+#: For a batch fired before migration 0017 (no stored ids): how far from its
+#: ``fired_at`` a callback job's ``created_at`` is looked for.
 CALLBACK_WINDOW_SECONDS = 60
-#: The most candidate jobs read to find the callbacks.
+#: The most candidate jobs read to find such a batch's callbacks.
 CALLBACK_CANDIDATES = 200
 
 
 def batch_callbacks(using: str, run: BatchRun) -> list[Callback]:
-    """The batch's callbacks and, once fired, their jobs: one indexed, bounded query.
+    """The batch's callbacks and, once fired, their jobs: one primary-key query.
 
-    A callback is enqueued in the transaction that sets ``fired_at``, with the
-    batch's id as its argument, so its job was created within a moment of it.
+    The ids are stored in the transaction that enqueued the callbacks (with
+    ``fired_at``); a batch fired before they were has them looked for by time
+    and argument instead (:func:`_callbacks_by_time`). A pruned callback job is
+    simply not listed.
     """
-    from datetime import timedelta
-
     roles = [
-        (str(gettext_lazy("on success")), run.on_success),
-        (str(gettext_lazy("on finish")), run.on_finish),
+        (str(gettext_lazy("on success")), run.on_success, run.on_success_job_id),
+        (str(gettext_lazy("on finish")), run.on_finish, run.on_finish_job_id),
     ]
-    roles = [(role, task) for role, task in roles if task]
+    roles = [role for role in roles if role[1]]
     found: dict[str, list[tuple[uuid.UUID, str, str]]] = {}
     if run.fired_at is not None and roles:
-        window = timedelta(seconds=CALLBACK_WINDOW_SECONDS)
-        candidates = (
-            Job.objects.using(using)
-            .filter(
-                task_name__in=[task for _, task in roles],
-                created_at__gte=run.fired_at - window,
-                created_at__lte=run.fired_at + window,
-            )
-            .order_by("created_at")
-            .values_list("id", "task_name", "status", "payload")[:CALLBACK_CANDIDATES]
-        )
-        for job_id, task, status, payload in candidates:
-            args = payload.get("args") if isinstance(payload, dict) else None
-            if args == [str(run.id)]:
-                found.setdefault(task, []).append((job_id, status, status_label(status)))
+        stored = {job_id: role for role, _, job_id in roles if job_id is not None}
+        if stored:
+            jobs = Job.objects.using(using).filter(id__in=list(stored)).values_list("id", "status")
+            for job_id, status in jobs:
+                found.setdefault(stored[job_id], []).append((job_id, status, status_label(status)))
+        else:
+            by_task = _callbacks_by_time(using, run, {task for _, task, _ in roles})
+            found = {role: by_task.get(task, []) for role, task, _ in roles}
     jobs_url = reverse("admin:django_arcature_job_changelist")
     from urllib.parse import urlencode
 
@@ -309,8 +303,36 @@ def batch_callbacks(using: str, run: BatchRun) -> list[Callback]:
         Callback(
             role=role,
             task=task,
-            jobs=found.get(task, []),
+            jobs=found.get(role, []),
             list_url=f"{jobs_url}?{urlencode({'task': task})}",
         )
-        for role, task in roles
+        for role, task, _ in roles
     ]
+
+
+def _callbacks_by_time(
+    using: str, run: BatchRun, tasks: set[str]
+) -> dict[str, list[tuple[uuid.UUID, str, str]]]:
+    """A batch fired before 0017's callbacks, by task: enqueued in the transaction that
+    set ``fired_at``, with the batch's id as their argument, so created within a moment
+    of it (one indexed, bounded query)."""
+    from datetime import timedelta
+
+    assert run.fired_at is not None
+    window = timedelta(seconds=CALLBACK_WINDOW_SECONDS)
+    candidates = (
+        Job.objects.using(using)
+        .filter(
+            task_name__in=sorted(tasks),
+            created_at__gte=run.fired_at - window,
+            created_at__lte=run.fired_at + window,
+        )
+        .order_by("created_at")
+        .values_list("id", "task_name", "status", "payload")[:CALLBACK_CANDIDATES]
+    )
+    found: dict[str, list[tuple[uuid.UUID, str, str]]] = {}
+    for job_id, task, status, payload in candidates:
+        args = payload.get("args") if isinstance(payload, dict) else None
+        if args == [str(run.id)]:
+            found.setdefault(task, []).append((job_id, status, status_label(status)))
+    return found

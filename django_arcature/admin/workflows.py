@@ -209,7 +209,11 @@ class RunAdminMixin:
             return run
         result = self.resume(run)
         if result.cancelled:
+            # Cancelled between two of the resume's chunks: what came back first was
+            # cancelled with the rest, but the resume did happen (history says so).
             messages.warning(request, self.cancelled_not_resumed_message())
+            if result.requeued:
+                self._log(request, run, str(REQUEUE.label))
         elif result.missing:
             messages.warning(request, _("That workflow or batch no longer exists."))
         elif not result.requeued and not result.refused:

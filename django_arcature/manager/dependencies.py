@@ -461,15 +461,19 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
         counts = batch_counts(using, batch.id, batch.total)  # read under the lock
         if counts["pending"] > 0:
             continue
-        handles = [batch.on_finish] if batch.on_finish else []
-        if batch.on_success and counts["dead"] == 0 and counts["cancelled"] == 0:
-            handles.insert(0, batch.on_success)
-        for name in handles:
-            model.objects.db_manager(using).enqueue(name, args=[str(batch.id)])
         clean = counts["dead"] == 0 and counts["cancelled"] == 0
+        due = [("on_success_job_id", batch.on_success)] if batch.on_success and clean else []
+        if batch.on_finish:
+            due.append(("on_finish_job_id", batch.on_finish))
+        handles = [name for _, name in due]
+        # Each callback's job id is stored with fired_at (the admin links them).
+        callback_jobs = {
+            column: model.objects.db_manager(using).enqueue(name, args=[str(batch.id)]).pk
+            for column, name in due
+        }
         outcome = m.Outcome.SUCCEEDED if clean else m.Outcome.FAILED
         m.BatchRun.objects.using(using).filter(id=batch.id).update(
-            fired_at=DatabaseNow(), outcome=outcome
+            fired_at=DatabaseNow(), outcome=outcome, **callback_jobs
         )
         logger.info("batch %s finished (%s); enqueued %s", batch.id, counts, handles or "nothing")
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from django_arcature import signals
 from django_arcature.conf import get_settings
+from django_arcature.core.eager_hand_off import defer
 from django_arcature.core.limits import (
     NAME_MAX_LENGTH,
     QUEUE_MAX_LENGTH,
@@ -49,6 +50,16 @@ _eager_runner: Callable[[Job], Job] | None = None
 def set_eager_runner(runner: Callable[[Job], Job] | None) -> None:
     global _eager_runner
     _eager_runner = runner
+
+
+def eager_runner() -> Callable[[Job], Job]:
+    """The installed eager runner; a clear error when none is (the app is not installed)."""
+    if _eager_runner is None:
+        raise RuntimeError(
+            "ARCATURE['EAGER'] is on but no eager runner is installed: is "
+            "'django_arcature' in INSTALLED_APPS (its ready() installs it)?"
+        )
+    return _eager_runner
 
 
 class EnqueueWrites(JobWriter):
@@ -285,15 +296,16 @@ class EnqueueWrites(JobWriter):
         The row is inserted and validated first, and each run goes through the
         same claim, dispatch and fenced write as a worker's, so a test sees the
         job's real end state (result, error, attempts) on the returned object.
+        Jobs enqueued by a completion the eager runner is writing (a batch's
+        callbacks) run just after it instead, from the eager drain
+        (:mod:`django_arcature.core.eager_hand_off`), not inside its transaction.
         """
         if not jobs or not get_settings().eager:
             return jobs
-        if _eager_runner is None:
-            raise RuntimeError(
-                "ARCATURE['EAGER'] is on but no eager runner is installed: is "
-                "'django_arcature' in INSTALLED_APPS (its ready() installs it)?"
-            )
-        return [_eager_runner(job) for job in jobs]
+        runner = eager_runner()
+        if defer(job.pk for job in jobs):
+            return jobs
+        return [runner(job) for job in jobs]
 
     def _build(
         self,

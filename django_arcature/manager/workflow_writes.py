@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: How many dead nodes one transaction of a resume requeues (``resume_workflow(chunk_size=)``).
+RESUME_CHUNK = 500
+
 #: What a cancel of a workflow or a batch stops.
 _STOPPABLE = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
 
@@ -387,33 +390,80 @@ class WorkflowWrites(JobWriter):
 
     # --- resuming -------------------------------------------------------------------
 
-    def resume_workflow(self, workflow_id: uuid.UUID) -> Resumed:
-        """Requeue every dead node of a workflow in one transaction; their cancelled
-        descendants come back ``waiting`` (see ``requeue_dead``).
+    def resume_workflow(self, workflow_id: uuid.UUID, *, chunk_size: int = RESUME_CHUNK) -> Resumed:
+        """Requeue every dead node of a workflow; their cancelled descendants come back
+        ``waiting`` (see ``requeue_dead``).
 
-        The workflow's row is locked first, so two resumes (a double click) queue up
-        and the second finds nothing dead, and a cancel in flight is waited for: a
-        cancelled workflow is not resumed (``Resumed.cancelled``), as ``requeue_dead``
+        The dead nodes are requeued ``chunk_size`` at a time, one transaction each
+        (see :meth:`_resume`), so a resume of very many holds no lock and no
+        transaction for long. Each transaction locks the workflow's row first, so
+        two resumes (a double click) queue up chunk by chunk and requeue each node
+        once between them, and a cancel in flight is waited for: a cancelled
+        workflow is not resumed further (``Resumed.cancelled``), as ``requeue_dead``
         keeps its nodes cancelled too.
         """
         m = _models()
         return self._resume(
-            m.WorkflowRun, workflow_id, m.WorkflowNode.objects.filter(workflow_id=workflow_id)
+            m.WorkflowRun,
+            workflow_id,
+            m.WorkflowNode.objects.filter(workflow_id=workflow_id),
+            chunk_size,
         )
 
-    def resume_batch(self, batch_id: uuid.UUID) -> Resumed:
-        """Requeue every dead member of a batch in one transaction (as ``resume_workflow``).
+    def resume_batch(self, batch_id: uuid.UUID, *, chunk_size: int = RESUME_CHUNK) -> Resumed:
+        """Requeue every dead member of a batch, in chunks (as ``resume_workflow``).
 
         Each requeued member is taken off its shard's dead count. A batch whose
         callbacks have fired does not fire them again; a cancelled one is not resumed.
         """
         m = _models()
-        return self._resume(m.BatchRun, batch_id, m.WorkflowNode.objects.filter(batch_id=batch_id))
+        return self._resume(
+            m.BatchRun, batch_id, m.WorkflowNode.objects.filter(batch_id=batch_id), chunk_size
+        )
 
-    def _resume(self, run_model: Any, run_id: uuid.UUID, members: Any) -> Resumed:
+    def _resume(self, run_model: Any, run_id: uuid.UUID, members: Any, chunk_size: int) -> Resumed:
+        """Requeue the dead ``members`` in id order, ``chunk_size`` per transaction.
+
+        What a chunk commits is whole: each node's requeue, the descendants it
+        brings back and the counters it takes them off are written together, as
+        one ``requeue_dead`` writes them. A crash between chunks therefore leaves a
+        consistent workflow, partly resumed: the requeued nodes live again, the
+        others still dead with their descendants still cancelled, and a second
+        resume requeues those. The chunks walk the ids forwards from where the last
+        one stopped, so a node requeued by an earlier chunk that has died again
+        meanwhile is not requeued twice by one resume. Called inside a transaction,
+        every chunk is a savepoint of it, and the whole resume commits with it.
+        """
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size is a number of nodes, at least 1, not {chunk_size!r}")
+        total = Resumed()
+        after: uuid.UUID | None = None
+        while True:
+            chunk, after = self._resume_chunk(run_model, run_id, members, chunk_size, after)
+            total = Resumed(
+                requeued=total.requeued + chunk.requeued,
+                refused=total.refused + chunk.refused,
+                cancelled=chunk.cancelled,
+                missing=chunk.missing,
+            )
+            if after is None:
+                return total
+
+    def _resume_chunk(
+        self,
+        run_model: Any,
+        run_id: uuid.UUID,
+        members: Any,
+        chunk_size: int,
+        after: uuid.UUID | None,
+    ) -> tuple[Resumed, uuid.UUID | None]:
+        """One transaction of a resume: the next ``chunk_size`` dead nodes after ``after``.
+
+        Returns what it did and the id to continue after (None: nothing is left).
+        """
         requeued: list[uuid.UUID] = []
 
-        def operation() -> Resumed:
+        def operation() -> tuple[Resumed, uuid.UUID | None]:
             requeued.clear()
             with transaction.atomic(using=self.db):
                 run = (
@@ -424,15 +474,15 @@ class WorkflowWrites(JobWriter):
                 )
                 found = list(run)
                 if not found:
-                    return Resumed(missing=True)
+                    return Resumed(missing=True), None
                 if found[0] is not None:
-                    return Resumed(cancelled=True)
-                dead = list(
-                    self.using(self.db)
-                    .filter(id__in=members.using(self.db).values("job_id"), status=JobStatus.DEAD)
-                    .order_by("id")
-                    .values_list("id", flat=True)
+                    return Resumed(cancelled=True), None
+                dead_nodes = self.using(self.db).filter(
+                    id__in=members.using(self.db).values("job_id"), status=JobStatus.DEAD
                 )
+                if after is not None:
+                    dead_nodes = dead_nodes.filter(id__gt=after)
+                dead = list(dead_nodes.order_by("id").values_list("id", flat=True)[:chunk_size])
                 writer = cast("OperatorWrites", self)
                 refused = 0
                 for job_id in dead:
@@ -440,15 +490,17 @@ class WorkflowWrites(JobWriter):
                         requeued.append(job_id)
                     elif self.using(self.db).filter(id=job_id, status=JobStatus.DEAD).exists():
                         refused += 1  # still dead: a live job holds its unique key
-                return Resumed(requeued=len(requeued), refused=refused)
+                more = dead[-1] if len(dead) == chunk_size else None
+                return Resumed(requeued=len(requeued), refused=refused), more
 
         result = _retry_on_lock_conflict(self.db, operation)
         model = self.model
         ids = list(requeued)
-        transaction.on_commit(
-            lambda: [signals.job_requeued.send(sender=model, job_id=job_id) for job_id in ids],
-            using=self.db,
-        )
+        if ids:
+            transaction.on_commit(
+                lambda: [signals.job_requeued.send(sender=model, job_id=job_id) for job_id in ids],
+                using=self.db,
+            )
         return result
 
     # --- progress -------------------------------------------------------------------

@@ -9,12 +9,16 @@ is what production would do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from collections import deque
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django_arcature.conf import get_settings
+from django_arcature.core import eager_hand_off
 
 from . import dispatch
 
@@ -61,12 +65,42 @@ def run_job(
         state = f"is {status}" if status else "does not exist"
         raise JobNotPending(f"job {job_id} {state}; only a pending job can be run")
     completion = dispatch.process(claimed, worker_id=worker, now=now, timeout=timeout)
-    manager.complete_many([completion])
+    # Under EAGER, what the completion enqueues (a batch's callbacks) runs after it:
+    # in the drain running, or in one of its own here.
+    own = _AfterCompletion(using) if eager_hand_off.running() is None else None
+    handing_off = eager_hand_off.draining(own) if own is not None else contextlib.nullcontext()
+    with handing_off, eager_hand_off.completing():
+        manager.complete_many([completion])
+    if own is not None:
+        own.run()
     if claimed.undecodable:
         # Written off as malformed: loading the columns that could not be read would
         # fail again, so they are left to load (and fail) only if asked for.
         return manager.defer(*_UNREADABLE_COLUMNS).get(pk=job_id)
     return manager.get(pk=job_id)
+
+
+class _AfterCompletion:
+    """The jobs an eager completion enqueued when no drain was running: run in turn
+    (a loop, and their own completions' jobs join it), once that completion is written."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.queue: deque[uuid.UUID] = deque()
+
+    def add(self, job_ids: Iterable[uuid.UUID]) -> None:
+        self.queue.extend(job_ids)
+
+    def run(self) -> None:
+        from django_arcature.manager.enqueue import eager_runner
+        from django_arcature.models import Job
+
+        with eager_hand_off.draining(self):
+            while self.queue:
+                job = Job(id=self.queue.popleft())
+                job._state.adding = False
+                job._state.db = self.using
+                eager_runner()(job)
 
 
 #: The columns a claimed row may hold in a form this process cannot decode.

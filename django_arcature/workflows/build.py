@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from django_arcature.conf import get_settings, job_database
 from django_arcature.exceptions import ArcatureError
 
+from . import eager
+
 if TYPE_CHECKING:
     from django_arcature.manager.workflow_writes import NodeRow
     from django_arcature.models import Job
@@ -222,7 +224,18 @@ class Workflow:
         self.run, self.created = Job.objects.db_manager(self.using).enqueue_workflow(
             self.name, self.key, rows
         )
+        if self.created and eager.enabled():
+            self._run_eagerly()
         return self
+
+    def _run_eagerly(self) -> None:
+        """``ARCATURE["EAGER"]``: run the ready nodes, then what each completion releases."""
+        dependents: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for node in self.nodes:
+            for up in node.upstream:
+                dependents.setdefault(up.job_id, []).append(node.job_id)
+        ready = [node.job_id for node in self.nodes if not node.upstream]
+        eager.run(self.using, ready, dependents)
 
     def cancel(self) -> int:
         """Cancel the workflow's waiting, pending and running nodes."""
@@ -328,7 +341,9 @@ class Batch:
             limit=conf.batch_max_members,
         )
         self.id = self.run.id
-        self.members = []
+        added, self.members = self.members, []
+        if eager.enabled() and added:
+            eager.run(self.using, [row.job_id for row in added])
         return self
 
     def close(self) -> None:

@@ -113,6 +113,11 @@ class BatchRun(models.Model):
     closed = models.BooleanField(_("closed"), default=False)
     #: Set in the transaction that enqueued the callbacks: they never fire twice.
     fired_at = models.DateTimeField(_("callbacks enqueued at"), null=True, blank=True)
+    #: The callbacks' jobs, written with ``fired_at`` (null before that, for a callback
+    #: the batch does not have, and for batches fired before migration 0017). Plain
+    #: ids, not foreign keys: the jobs may be pruned before the batch is.
+    on_success_job_id = models.UUIDField(_("on success job"), null=True, blank=True)
+    on_finish_job_id = models.UUIDField(_("on finish job"), null=True, blank=True)
     cancelled_at = models.DateTimeField(_("cancelled at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     #: Written with ``fired_at`` (succeeded: no member died or was cancelled) or by a cancel.

@@ -32,7 +32,7 @@ from django.db import connection
 from django_arcature import Batch, Workflow
 from django_arcature.models import Job, JobStatus
 from django_arcature.workflows.build import Node
-from django_arcature.workflows.models import WorkflowRun
+from django_arcature.workflows.models import BatchRun, WorkflowRun
 from tests.faults.processes import FaultWorker, event_counts
 from tests.testapp import workflow_jobs as wf
 
@@ -200,6 +200,18 @@ def test_chaos_workflows_and_batches_fire_exactly_once(
     }
     assert set(fired_for) == expected
     assert set(fired_for.values()) == {1}
+    # The stored callback ids are those jobs: one each, never overwritten by a second fire.
+    callback_ids = {
+        (task, payload["args"][0]): pk
+        for pk, _, _, task, payload in jobs
+        if task in ("wf.batch_record", "wf.batch_done")
+    }
+    stored = BatchRun.objects.filter(id__in=[batch.id for batch in batches])
+    for batch_id, success_job, finish_job in stored.values_list(
+        "id", "on_success_job_id", "on_finish_job_id"
+    ):
+        assert success_job == callback_ids[("wf.batch_record", str(batch_id))]
+        assert finish_job == callback_ids[("wf.batch_done", str(batch_id))]
     assert {f"callback {batch.id}" for batch in batches} <= set(first)
     nodes = sum(1 for label in upstream_of if label.startswith("w"))
     releases = sum(1 for label, ups in upstream_of.items() if ups)

@@ -485,6 +485,34 @@ def test_the_batch_page_shows_progress_from_the_counters_and_links_callbacks() -
     assert "4 of 4 finished (100%)" in html
 
 
+def test_the_batch_page_links_the_stored_callback_jobs_not_lookalikes() -> None:
+    """The page links the ids stored at the fire, not a job that merely looks like one
+    (same task and argument, created at the same moment)."""
+    batch = make_batch(1)
+    assert batch.run is not None
+    [member] = Job.objects.filter(task_name="wf.step").values_list("id", flat=True)
+    succeed(member)
+    run = BatchRun.objects.get(pk=batch.run.pk)
+    assert run.on_success_job_id is not None
+    assert run.on_finish_job_id is not None
+    lookalike = wf.batch_done.enqueue(str(batch.id))
+    html = operator("view_job").get(page_url(batch.run)).content.decode()
+    for job_id in (run.on_success_job_id, run.on_finish_job_id):
+        assert f'href="{reverse("admin:django_arcature_job_change", args=[job_id])}"' in html
+    assert reverse("admin:django_arcature_job_change", args=[lookalike.pk]) not in html
+
+
+def test_a_batch_fired_before_the_ids_were_stored_finds_its_callbacks_by_time() -> None:
+    batch = make_batch(1)
+    assert batch.run is not None
+    [member] = Job.objects.filter(task_name="wf.step").values_list("id", flat=True)
+    succeed(member)
+    BatchRun.objects.filter(pk=batch.run.pk).update(on_success_job_id=None, on_finish_job_id=None)
+    html = operator("view_job").get(page_url(batch.run)).content.decode()
+    for job_id in Job.objects.filter(task_name="wf.batch_done").values_list("id", flat=True):
+        assert f'href="{reverse("admin:django_arcature_job_change", args=[job_id])}"' in html
+
+
 def test_the_batch_page_reads_counters_not_members() -> None:
     client = operator("view_job")
     small, large = make_batch(2, "small"), make_batch(600, "large")

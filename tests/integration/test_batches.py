@@ -10,6 +10,7 @@ from django_arcature import Batch
 from django_arcature.models import Job, JobStatus
 from django_arcature.testing import drain
 from django_arcature.transitions import ClaimTransition
+from django_arcature.workflows.models import BatchRun
 from tests.testapp import workflow_jobs as wf
 
 from .conftest import fresh
@@ -45,8 +46,12 @@ def test_on_success_and_on_finish_fire_once_after_the_last_member() -> None:
     assert callbacks(batch) == []
     assert batch.counts()["pending"] == 1
     finish(members[4])
-    # Both callbacks, once each (the task name is what the batch stores).
-    assert Job.objects.filter(task_name="wf.batch_done").count() == 2
+    # Both callbacks, once each (the task name is what the batch stores), and their ids.
+    fired = Job.objects.filter(task_name="wf.batch_done")
+    assert fired.count() == 2
+    run = BatchRun.objects.get(id=batch._id())
+    assert {run.on_success_job_id, run.on_finish_job_id} == set(fired.values_list("id", flat=True))
+    assert run.on_success_job_id != run.on_finish_job_id
     assert batch.counts() == {"total": 5, "succeeded": 5, "dead": 0, "cancelled": 0, "pending": 0}
 
 
@@ -57,6 +62,10 @@ def test_on_success_is_skipped_when_a_member_died() -> None:
     batch.enqueue()
     finish(first, dead=True)
     finish(second)
+    run = BatchRun.objects.get(id=batch._id())
+    assert run.on_success_job_id is None  # a member died: on_success never enqueued
+    assert run.on_finish_job_id is not None
+    assert Job.objects.get(id=run.on_finish_job_id).task_name == "wf.batch_done"
     assert list(
         Job.objects.filter(task_name="wf.batch_done").values_list("payload", flat=True)
     ) == [{"args": [str(batch.id)], "kwargs": {}}]
@@ -104,12 +113,17 @@ def test_requeued_member_counts_again_and_callbacks_stay_fired_once() -> None:
     member = batch.add(wf.step, "a")
     batch.enqueue()
     finish(member, dead=True)
-    assert Job.objects.filter(task_name="wf.batch_done").count() == 1
+    [callback] = Job.objects.filter(task_name="wf.batch_done").values_list("id", flat=True)
+    stored = BatchRun.objects.filter(id=batch._id()).values_list(
+        "on_success_job_id", "on_finish_job_id"
+    )
+    assert stored.get() == (None, callback)
     assert Job.objects.requeue_dead(member) == 1
     assert batch.counts()["pending"] == 1
     finish(member)
     assert batch.counts() == {"total": 1, "succeeded": 1, "dead": 0, "cancelled": 0, "pending": 0}
     assert Job.objects.filter(task_name="wf.batch_done").count() == 1
+    assert stored.get() == (None, callback)  # not fired again, not overwritten
 
 
 def test_batch_limit_is_a_setting() -> None:

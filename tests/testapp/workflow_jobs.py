@@ -91,3 +91,60 @@ def batch_record(batch_id: str) -> str:
         with open(path, "a") as runs:
             runs.write(f"callback {batch_id}\n")
     return batch_id
+
+
+#: What the order handlers ran, in order, in this process (eager tests run inline).
+ORDER_RUNS: list[str] = []
+
+
+@job(name="wf.charge_card", max_attempts=1)
+def charge_card(order: int, amount_cents: int = 100) -> str:
+    ORDER_RUNS.append(f"charge {order}")
+    if amount_cents <= 0:
+        raise Permanent(f"order {order}: nothing to charge")
+    return f"charged {order}"
+
+
+@job(name="wf.pick_item", max_attempts=1)
+def pick_item(item: int) -> str:
+    ORDER_RUNS.append(f"pick {item}")
+    return f"picked {item}"
+
+
+@job(name="wf.ship_order", max_attempts=1)
+def ship_order(order: int) -> list[str]:
+    ORDER_RUNS.append(f"ship {order}")
+    context = current_job()
+    assert context is not None
+    return sorted(str(value) for value in context.upstream().values())
+
+
+@job(name="wf.email_receipt", max_attempts=1)
+def email_receipt(order: int) -> str:
+    ORDER_RUNS.append(f"email {order}")
+    return f"emailed {order}"
+
+
+@job(name="wf.refund", max_attempts=1)
+def refund(order: int) -> str:
+    ORDER_RUNS.append(f"refund {order}")
+    return f"refunded {order}"
+
+
+@job(name="wf.batch_note", max_attempts=1)
+def batch_note(batch_id: str) -> str:
+    """A batch callback that notes its run in ``ORDER_RUNS``."""
+    ORDER_RUNS.append(f"callback {batch_id}")
+    return batch_id
+
+
+@job(name="wf.nested_flow", max_attempts=1)
+def nested_flow(label: str) -> str:
+    """Enqueues a two-node workflow of its own; returns its id."""
+    from django_arcature import Workflow
+
+    inner = Workflow(f"inner {label}")
+    first = inner.add(step, f"{label} 1")
+    inner.add(step, f"{label} 2", after=[first])
+    inner.enqueue()
+    return str(inner.id)
