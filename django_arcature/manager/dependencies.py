@@ -159,15 +159,9 @@ def _cascade(
         workflows.update(workflow_of)
         # Locked in id order, so two transactions deciding on the same dependents
         # queue up instead of deadlocking.
-        waiting = _lock_waiting(using, model, sorted(workflow_of))
+        waiting, flags = _lock_and_probe(using, model, sorted(workflow_of))
         if not waiting:
             break
-        # Whether a dependent still has an open edge, or one that can no longer be met:
-        # one statement, each EXISTS stopping at its first edge (index
-        # arcature_edge_down_idx), so a completion of a wide fan-in probes instead of
-        # reading every edge still open (quadratic over the fan-in), and the dependent's
-        # lock, held from above to the commit, is held one round trip less.
-        flags = _edge_flags(using, model, waiting)
         undecided: set[uuid.UUID] = set()
         ruled_out: list[uuid.UUID] = []
         for job_id, has_open, has_unmet in flags:
@@ -278,19 +272,47 @@ def _mark_edges(using: str, ups: list[uuid.UUID], outcome: str) -> dict[uuid.UUI
     return {_as_uuid(down): _as_uuid(workflow) for down, workflow in rows}
 
 
-def _lock_waiting(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uuid.UUID]:
-    """Lock those of ``ids`` still waiting, in id order; their ids, in that order."""
+def _lock_and_probe(
+    using: str, model: type[Job], ids: list[uuid.UUID]
+) -> tuple[list[uuid.UUID], list[tuple[uuid.UUID, bool, bool]]]:
+    """Lock those of ``ids`` still waiting (in id order), then probe their edges.
+
+    Two statements, the probe after the lock (``_edge_flags`` says why). On
+    PostgreSQL with client-side parameter binding (Django's default) both go in one
+    round trip: each statement of a multi-statement query takes its own snapshot
+    under READ COMMITTED, so the probe still reads what committed while the lock was
+    awaited, and the dependent's lock is held one round trip less. The probe's rows
+    are kept to those the lock statement returned (a row that became waiting between
+    the two is not ours to decide).
+    """
     connection = connections[using]
     qn = connection.ops.quote_name
     where, params = _id_list(connection, qn("id"), ids)
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock_sql = (
+        f"SELECT {qn('id')} FROM {qn(model._meta.db_table)} "
+        f"WHERE {where} AND {qn('status')} = %s ORDER BY {qn('id')}{lock}"
+    )
+    lock_params = [*params, JobStatus.WAITING]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {qn('id')} FROM {qn(model._meta.db_table)} "
-            f"WHERE {where} AND {qn('status')} = %s ORDER BY {qn('id')}{lock}",
-            [*params, JobStatus.WAITING],
-        )
-        return [_as_uuid(row[0]) for row in cursor.fetchall()]
+        if _one_round_trip(connection):
+            probe_sql, probe_params = _edge_flags_sql(connection, model, ids)
+            cursor.execute(f"{lock_sql}; {probe_sql}", [*lock_params, *probe_params])
+            waiting = [_as_uuid(row[0]) for row in cursor.fetchall()]
+            cursor.nextset()
+            locked = set(waiting)
+            flags = [row for row in _flag_rows(cursor.fetchall()) if row[0] in locked]
+            return waiting, flags
+        cursor.execute(lock_sql, lock_params)
+        waiting = [_as_uuid(row[0]) for row in cursor.fetchall()]
+    return waiting, (_edge_flags(using, model, waiting) if waiting else [])
+
+
+def _one_round_trip(connection: Any) -> bool:
+    """Whether two statements may be sent as one query: PostgreSQL, client-side binding."""
+    if connection.vendor != "postgresql":
+        return False
+    return not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
 
 
 def _edge_flags(
@@ -305,8 +327,17 @@ def _edge_flags(
     It must be its own statement, after the lock: a subquery of the locking
     statement would read the edges as they were before that statement waited.
     """
-    m = _models()
     connection = connections[using]
+    sql, params = _edge_flags_sql(connection, model, ids)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return _flag_rows(cursor.fetchall())
+
+
+def _edge_flags_sql(
+    connection: Any, model: type[Job], ids: list[uuid.UUID]
+) -> tuple[str, list[Any]]:
+    m = _models()
     qn = connection.ops.quote_name
     job, edge = qn(model._meta.db_table), qn(m.WorkflowEdge._meta.db_table)
     where, params = _id_list(connection, f"j.{qn('id')}", ids)
@@ -314,12 +345,15 @@ def _edge_flags(
         f"SELECT 1 FROM {edge} e "
         f"WHERE e.{qn('downstream_id')} = j.{qn('id')} AND e.{qn('state')} = %s"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT j.{qn('id')}, EXISTS({probe}), EXISTS({probe}) FROM {job} j WHERE {where}",
-            [m.EdgeState.OPEN, m.EdgeState.UNMET, *params],
-        )
-        return [(_as_uuid(i), bool(o), bool(u)) for i, o, u in cursor.fetchall()]
+    sql = (
+        f"SELECT j.{qn('id')}, EXISTS({probe}), EXISTS({probe}) FROM {job} j "
+        f"WHERE {where} AND j.{qn('status')} = %s"
+    )
+    return sql, [m.EdgeState.OPEN, m.EdgeState.UNMET, *params, JobStatus.WAITING]
+
+
+def _flag_rows(rows: Iterable[Any]) -> list[tuple[uuid.UUID, bool, bool]]:
+    return [(_as_uuid(job_id), bool(is_open), bool(unmet)) for job_id, is_open, unmet in rows]
 
 
 def _release(using: str, model: type[Job], ids: list[uuid.UUID]) -> None:
