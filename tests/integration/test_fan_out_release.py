@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -21,6 +22,7 @@ from django.test import override_settings
 
 from django_arcature import Workflow
 from django_arcature.db import DatabaseNow
+from django_arcature.db.claimed import ClaimedJob
 from django_arcature.hints import HintReceiver
 from django_arcature.models import Job, JobStatus
 from django_arcature.transitions import ClaimTransition, Completion
@@ -44,6 +46,13 @@ def hint_dir() -> Iterator[str]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def claim(job_id: uuid.UUID) -> ClaimedJob:
+    """Claim exactly this job, which must be pending."""
+    claimed = Job.objects.claim_job(job_id, "w1", 60)
+    assert claimed is not None, f"{job_id} was not claimable"
+    return claimed
+
+
 def fan(width: int) -> tuple[Workflow, list[Node], Node]:
     flow = Workflow("wide release")
     root = flow.add(wf.step, "root")
@@ -55,7 +64,7 @@ def fan(width: int) -> tuple[Workflow, list[Node], Node]:
 
 def test_a_wide_release_is_claimable_at_once_and_wakes_the_workers(hint_dir: str) -> None:
     _, (root, *middle), sink = fan(WIDTH)
-    token = Job.objects.claim_job(root.job_id, "w1", 60).claim_token
+    token = claim(root.job_id).claim_token
     woken = threading.Event()
     with override_settings(ARCATURE={"WAKE_HINT_DIR": hint_dir}):
         receiver = HintReceiver("default", woken.set)
@@ -78,10 +87,10 @@ def test_a_wide_release_is_claimable_at_once_and_wakes_the_workers(hint_dir: str
 def test_siblings_finished_together_release_the_fan_in_once() -> None:
     """The last flush sees every sibling's edge; counts land on one shard per flush."""
     _, (root, *middle), sink = fan(40)
-    token = Job.objects.claim_job(root.job_id, "w1", 60).claim_token
+    token = claim(root.job_id).claim_token
     assert Job.objects.mark_succeeded(root.job_id, token) is ClaimTransition.UPDATED
     for part in (middle[:25], middle[25:]):
-        claims = [Job.objects.claim_job(node.job_id, "w1", 60) for node in part]
+        claims = [claim(node.job_id) for node in part]
         assert fresh(sink.job_id).status == JobStatus.WAITING
         outcomes = Job.objects.complete_batch(
             [Completion(c.id, c.claim_token, "succeeded") for c in claims]
@@ -111,7 +120,7 @@ def test_a_sibling_waiting_for_the_dependents_lock_sees_the_others_edge() -> Non
     ups = [flow.add(wf.step, str(i)) for i in range(2)]
     sink = flow.add(wf.step, "sink", after=ups)
     flow.enqueue()
-    first, second = (Job.objects.claim_job(n.job_id, "w1", 60) for n in ups)
+    first, second = (claim(n.job_id) for n in ups)
     holding = threading.Event()
     release = threading.Event()
 
