@@ -24,6 +24,7 @@ from django_arcature import Workflow
 from django_arcature.db import DatabaseNow
 from django_arcature.db.claimed import ClaimedJob
 from django_arcature.hints import HintReceiver
+from django_arcature.manager import dependencies
 from django_arcature.models import Job, JobStatus
 from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.workflows.build import Node
@@ -189,3 +190,54 @@ def in_thread(target: Callable[[], None]) -> tuple[threading.Thread, list[BaseEx
     thread = threading.Thread(target=run)
     thread.start()
     return thread, errors
+
+
+@pytest.mark.only_on("postgresql", reason="reads PostgreSQL's index statistics")
+def test_the_fan_in_probe_does_not_step_over_the_met_edges() -> None:
+    """The probe's cost does not grow with the siblings already finished.
+
+    Most of a fan-in's edges are met in the order they were written, while an older
+    snapshot keeps their dead versions from being pruned (as a concurrent
+    transaction does). On an index of (downstream, state) alone the probe stepped over
+    every one of them, under the dependent's lock: the stalled benchmark rounds. On
+    ``arcature_edge_down_idx`` as it is, it reads a few entries (501 on the old index).
+    """
+    width = 600
+    _, (root, *middle), sink = fan(width)
+    token = claim(root.job_id).claim_token
+    assert Job.objects.mark_succeeded(root.job_id, token) is ClaimTransition.UPDATED
+    holding, done = threading.Event(), threading.Event()
+
+    def hold_a_snapshot() -> None:
+        with transaction.atomic():
+            Job.objects.filter(id=sink.job_id).exists()  # the snapshot is taken here
+            holding.set()
+            assert done.wait(60)
+
+    thread, errors = in_thread(hold_a_snapshot)
+    try:
+        assert holding.wait(30)
+        finished = [node.job_id for node in middle[: width - 100]]  # in the order written
+        with transaction.atomic():
+            assert len(dependencies._mark_edges("default", finished, dependencies.SUCCEEDED))
+        before = index_entries_read()
+        flags = dependencies._edge_flags("default", Job, [sink.job_id])
+        read = index_entries_read() - before
+    finally:
+        done.set()
+        thread.join(30)
+    assert not errors, errors
+    assert flags == [(sink.job_id, True, False)]
+    assert read < 100, f"the probe read {read} index entries past {width - 100} met edges"
+
+
+def index_entries_read() -> int:
+    """Entries ``arcature_edge_down_idx`` has handed to scans so far (live or dead)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # this session's counts, now
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT idx_tup_read FROM pg_stat_user_indexes "
+            "WHERE indexrelname = 'arcature_edge_down_idx'"
+        )
+        return int(cursor.fetchone()[0])
