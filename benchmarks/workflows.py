@@ -45,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,22 @@ class LockSampler(threading.Thread):
         }
 
 
+def longest_idle_gap(spans: Iterable[tuple[datetime | None, datetime | None]]) -> float:
+    """Seconds of the longest stretch, between two jobs, in which none was running.
+
+    A drain that stalls (workers idle or blocked while jobs wait) shows here even
+    when its rate alone could be a busy machine's.
+    """
+    intervals = sorted((start, end) for start, end in spans if start and end)
+    longest = 0.0
+    reach: datetime | None = None
+    for start, end in intervals:
+        if reach is not None and start > reach:
+            longest = max(longest, (start - reach).total_seconds())
+        reach = end if reach is None else max(reach, end)
+    return longest
+
+
 class WorkflowBench:
     def __init__(self, db: str, options: argparse.Namespace) -> None:
         from django.db import connection
@@ -264,6 +281,7 @@ class WorkflowBench:
             raise SystemExit(f"{kind}: expected {expected} succeeded jobs, found {counts}")
         span = Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
         seconds = max((span["last"] - span["first"]).total_seconds(), 1e-6)
+        gap = longest_idle_gap(Job.objects.values_list("started_at", "finished_at"))
         cpu = (
             (cpu_after - cpu_before) * 1e6 / expected
             if cpu_before is not None and cpu_after is not None
@@ -276,6 +294,8 @@ class WorkflowBench:
             "enqueue_seconds": enqueued,
             # Less sensitive to a busy machine than the rate: compare variants by it.
             "worker_cpu_us_per_job": cpu,
+            # A stall: the longest stretch of the drain in which no job was running.
+            "idle_gap_max_s": gap,
             **locks,
         }
 
@@ -358,15 +378,24 @@ class WorkflowBench:
         self.measure.start_workers(self.options.workers)
         try:
             for number in range(self.options.repeat):
-                shift = number % len(KINDS)
-                order = KINDS[shift:] + KINDS[:shift]
+                kinds = tuple(k for k in KINDS if k in self.options.kinds.split(","))
+                shift = number % len(kinds)
+                order = kinds[shift:] + kinds[:shift]
                 found: dict[str, Any] = {"order": list(order)}
                 for kind in order:
                     found[kind] = self.drain(kind)
-                    self.log(f"round {number + 1} {kind}: {found[kind]['rate']:,.0f} jobs/s")
+                    self.log(
+                        f"round {number + 1} {kind}: {found[kind]['rate']:,.0f} jobs/s, "
+                        f"{found[kind]['worker_cpu_us_per_job'] or 0:,.0f} µs worker CPU/job, "
+                        f"longest idle gap {found[kind]['idle_gap_max_s']:.3f} s"
+                    )
+                results["rounds"].append(found)
+                if len(kinds) < len(KINDS):
+                    continue
                 found["fanout_ratio"] = found["fanout"]["rate"] / found["plain"]["rate"]
                 found["batch_ratio"] = found["batch"]["rate"] / found["plain"]["rate"]
-                results["rounds"].append(found)
+            if len(kinds) < len(KINDS):
+                return results  # a partial run (--kinds): the rounds only, nothing to render
             results.update(self.wait_latency())
         finally:
             self.measure.stop_workers()
@@ -475,6 +504,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--concurrency", type=int, default=0, help="threads per worker")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (median)")
     parser.add_argument("--wait-samples", type=int, default=200)
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help="drains to run (a subset prints the rounds' JSON only, renders nothing)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=900.0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "workflows.md"))
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -495,6 +529,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         result = json.loads(lines[-1].removeprefix("RESULT "))
         print(json.dumps(result), flush=True)
         results.append(result)
+    if set(options.kinds.split(",")) != set(KINDS):
+        return results
     text = render(results, options)
     print(text)
     if not options.no_write:

@@ -13,7 +13,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_arcature", "0014_workflow_ops")]
+    dependencies = [("django_arcature", "0015_edge_down_state_idx")]
 
     operations = [
         migrations.AddField(
