@@ -1,17 +1,7 @@
-"""The chaos suites' worker fleet: every process started is killed and its log removed."""
+"""The chaos suites' worker fleet: the fault suite's ``fleet`` fixture."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from tests.faults.processes import fleet
 
-import pytest
-
-from tests.faults.processes import FaultWorker
-
-
-@pytest.fixture
-def fleet() -> Iterator[list[FaultWorker]]:
-    workers: list[FaultWorker] = []
-    yield workers
-    for worker in workers:
-        worker.cleanup()
+__all__ = ["fleet"]

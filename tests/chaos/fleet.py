@@ -11,11 +11,14 @@ from __future__ import annotations
 import random
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.db import connection
 
+from django_arcature.models import Job
 from tests.faults.processes import FaultWorker
 from tests.faults.sessions import kill_worker_sessions
 
@@ -63,6 +66,67 @@ def inject_fault(
         victim.proc.wait()
         faults.sigkills += 1
         start()
+
+
+@dataclass(frozen=True)
+class Chaos:
+    """How a run injects faults: the pause between two, drawn uniformly (seconds), the
+    chance that a fault kills sessions rather than a process, whether only started
+    workers are SIGKILLed, and how many faults at most (None: until the end)."""
+
+    pause: tuple[float, float]
+    session_chance: float
+    timeout: float
+    only_started: bool = False
+    max_faults: int | None = None
+
+
+def run_under_faults(
+    chance: random.Random,
+    fleet: list[FaultWorker],
+    events: Path,
+    worker_args: list[str],
+    workers: int,
+    chaos: Chaos,
+    unfinished: Callable[[], int],
+    seed: int,
+) -> Faults:
+    """Start ``workers`` workers, inject faults until ``unfinished()`` is 0, stop the fleet.
+
+    Fails when the work is not done within ``chaos.timeout``, naming the seed and the
+    jobs' statuses. Returns what was injected, for the caller's bounds on re-runs.
+    """
+    connection.close()  # what the test enqueued is committed; the workers see it
+
+    def start() -> None:
+        fleet.append(FaultWorker(worker_args, events))
+
+    for _ in range(workers):
+        start()
+    faults = Faults()
+    deadline = time.monotonic() + chaos.timeout
+    while True:
+        left = unfinished()
+        connection.close()
+        if not left:
+            break
+        assert time.monotonic() < deadline, (
+            f"seed {seed}: {left} job(s) not done after {chaos.timeout}s: "
+            f"{Counter(Job.objects.values_list('status', flat=True))}"
+        )
+        time.sleep(chance.uniform(*chaos.pause))
+        if chaos.max_faults is not None and faults.injected >= chaos.max_faults:
+            continue
+        inject_fault(
+            chance,
+            fleet,
+            start,
+            faults,
+            session_chance=chaos.session_chance,
+            only_started=chaos.only_started,
+        )
+    stop_fleet(fleet)
+    return faults
 
 
 def stop_fleet(fleet: list[FaultWorker]) -> None:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,7 @@ from django.db import connection
 from django_arcature.models import Job, JobStatus
 from tests.faults.processes import FaultWorker, event_counts
 
-from .fleet import Faults, inject_fault, stop_fleet
+from .fleet import Chaos, run_under_faults
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
@@ -54,27 +52,16 @@ def test_chaos_every_job_ends_exactly_once(tmp_path: Path, fleet: list[FaultWork
     ]
     events = tmp_path / "events.txt"
     args = ["--concurrency", str(CONCURRENCY), "--batch", str(BATCH), "--lease", str(LEASE)]
-    connection.close()
-
-    def start() -> None:
-        fleet.append(FaultWorker(args, events))
-
-    for _ in range(WORKERS):
-        start()
-    faults = Faults()
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        remaining = Job.objects.exclude(status=JobStatus.SUCCEEDED).count()
-        connection.close()
-        if not remaining:
-            break
-        assert time.monotonic() < deadline, (
-            f"seed {seed}: {remaining} job(s) not done after {TIMEOUT}s: "
-            f"{Counter(Job.objects.values_list('status', flat=True))}"
-        )
-        time.sleep(chance.uniform(*PAUSE))
-        inject_fault(chance, fleet, start, faults, session_chance=0.4)
-    stop_fleet(fleet)
+    faults = run_under_faults(
+        chance,
+        fleet,
+        events,
+        args,
+        WORKERS,
+        Chaos(pause=PAUSE, session_chance=0.4, timeout=TIMEOUT),
+        lambda: Job.objects.exclude(status=JobStatus.SUCCEEDED).count(),
+        seed,
+    )
     sigkills, session_kills = faults.sigkills, faults.session_kills
 
     rows = {

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from django_arcature.workflows.models import WorkflowRun
 from tests.faults.processes import FaultWorker, event_counts
 from tests.testapp import workflow_jobs as wf
 
-from .fleet import Faults, inject_fault, stop_fleet
+from .fleet import Chaos, run_under_faults
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
@@ -99,31 +98,23 @@ def test_chaos_workflows_and_batches_fire_exactly_once(
         batches.append(batch.enqueue())
     events = tmp_path / "events.txt"
     args = ["--concurrency", str(CONCURRENCY), "--batch", str(BATCH), "--lease", str(LEASE)]
-    connection.close()
-
-    def start() -> None:
-        fleet.append(FaultWorker(args, events))
-
-    for _ in range(WORKERS):
-        start()
-    faults = Faults()
-    deadline = time.monotonic() + TIMEOUT
     callbacks = 2 * BATCHES
-    while True:
-        unfinished = Job.objects.exclude(status=JobStatus.SUCCEEDED).count()
+
+    def unfinished() -> int:
+        """Jobs not succeeded yet, or 1 while a batch callback is still to be enqueued."""
+        left = Job.objects.exclude(status=JobStatus.SUCCEEDED).count()
         fired = Job.objects.filter(task_name__in=("wf.batch_record", "wf.batch_done")).count()
-        connection.close()
-        if not unfinished and fired >= callbacks:
-            break
-        assert time.monotonic() < deadline, (
-            f"seed {seed}: {unfinished} job(s) not done after {TIMEOUT}s: "
-            f"{Counter(Job.objects.values_list('status', flat=True))}"
-        )
-        time.sleep(chance.uniform(*PAUSE))
-        if MAX_FAULTS is not None and faults.injected >= MAX_FAULTS:
-            continue
-        inject_fault(chance, fleet, start, faults, session_chance=0.3, only_started=True)
-    stop_fleet(fleet)
+        return left or int(fired < callbacks)
+
+    chaos = Chaos(
+        pause=PAUSE,
+        session_chance=0.3,
+        timeout=TIMEOUT,
+        # Workers still starting up hold nothing: kill one that is draining.
+        only_started=True,
+        max_faults=MAX_FAULTS,
+    )
+    faults = run_under_faults(chance, fleet, events, args, WORKERS, chaos, unfinished, seed)
     sigkills, session_kills = faults.sigkills, faults.session_kills
 
     lines = runs.read_text().splitlines()
