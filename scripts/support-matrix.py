@@ -71,8 +71,21 @@ def row(name: str) -> tuple[str, str, str, str] | None:
     return python, django, database, suite
 
 
+def reading_order(name: str) -> tuple[int, int, int, int]:
+    """Where an environment's row goes on the page: the whole suite before the
+    selected ones, newest Python and Django first, then SQLite, PostgreSQL, MariaDB,
+    PgBouncer. Not tox.ini's order, which is the order CI starts them in (longest first)."""
+    factors = name.split("-")
+    numbers = [int(f[2:]) for f in factors if re.fullmatch(r"(py|dj)\d+", f)]
+    python, django = [*numbers, 0, 0][:2]
+    database = next((list(DATABASES).index(f) for f in factors if f in DATABASES), 0)
+    selected = int(any(f in SUITES for f in factors))
+    return selected, -python, -django, database
+
+
 def render(tox_ini: Path) -> str:
-    rows = [r for name in environments(tox_ini) if (r := row(name))]
+    names = sorted(environments(tox_ini), key=reading_order)
+    rows = [r for name in names if (r := row(name))]
     lines = [
         "# Support matrix",
         "",

@@ -312,7 +312,7 @@ class ExactJSONEncoder(json.JSONEncoder):
             for index, (key, item) in enumerate(o.items()):
                 if index:
                     yield self.item_separator
-                yield super().encode(_json_key(key))
+                yield super().encode(json_key(key))
                 yield self.key_separator
                 yield from self._exact(item)
             yield "}"
@@ -322,10 +322,18 @@ class ExactJSONEncoder(json.JSONEncoder):
             yield from self._exact(self.default(o))
 
 
-def _json_key(key: object) -> str:
-    """A dict key as ``json.dumps`` turns it into a string."""
+def json_key(key: object) -> str:
+    """A dict key as ``json.dumps`` writes it.
+
+    One rule for the two places that need it: :class:`ExactJSONEncoder` writes
+    keys with it, and the task-argument check (``tasks/arguments.py``) uses it to
+    find keys that would collide once stored, so the key it checks is the key
+    written. A non-finite float becomes ``NaN``/``Infinity`` as in ``json.dumps``;
+    the argument check refuses those before asking. A str, int or float subclass
+    (an enum member) is written as its plain value.
+    """
     if isinstance(key, str):
-        return key
+        return str.__str__(key)
     if key is True:
         return "true"
     if key is False:
@@ -334,7 +342,7 @@ def _json_key(key: object) -> str:
         return "null"
     if isinstance(key, int | float):
         return json.dumps(key)
-    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+    raise TypeError(f"Unsupported type: {type(key)}")
 
 
 def _short_repr(value: object) -> str:

@@ -34,9 +34,9 @@ class OperatorWrites(JobWriter):
         cancelled too, naming it, in the same transaction; ``when="always"``
         dependents may be released.
         """
-        from django_arcature.queues.limits import read_limits
+        from django_arcature.queues.occupancy import limited_queues
 
-        limited = {name for name, limit in read_limits().items() if limit.concurrency}
+        limited = limited_queues()
         fields: dict[str, Any] = {
             "status": JobStatus.CANCELLED,
             "claim_token": None,
@@ -67,7 +67,7 @@ class OperatorWrites(JobWriter):
     def _cancel_holding_the_slot(
         self, job_id: uuid.UUID, fields: dict[str, Any], limited: set[str]
     ) -> int:
-        from django_arcature.queues.occupancy import Held, hold_slots
+        from django_arcature.queues.occupancy import CancelledClaim, hold_cancelled
 
         jobs = self.using(self.db)
         with transaction.atomic(using=self.db):
@@ -85,7 +85,8 @@ class OperatorWrites(JobWriter):
                 # Compare-and-set on the claim read: the hold names the claim cancelled.
                 cancelled = jobs.filter(id=job_id, status=JobStatus.RUNNING, claim_token=token)
                 if cancelled.update(**fields):
-                    hold_slots(self.db, [Held(token, job_id, queue)], worker, expires_at=expires)
+                    claim = CancelledClaim(job_id, token, queue, worker, expires)
+                    hold_cancelled(self.db, [claim], limited)
                     return 1
             waiting_or_pending = (JobStatus.PENDING, JobStatus.WAITING)
             return int(jobs.filter(id=job_id, status__in=waiting_or_pending).update(**fields))

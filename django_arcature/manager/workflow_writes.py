@@ -237,6 +237,8 @@ class WorkflowWrites(JobWriter):
         They are locked first, so the ids returned are exactly the rows changed: a
         completion that landed meanwhile is not among them (and is counted once, by it).
         """
+        from django_arcature.queues.occupancy import CancelledClaim, hold_cancelled
+
         locked = list(
             self.using(self.db)
             .filter(status__in=_STOPPABLE, **where)
@@ -259,7 +261,16 @@ class WorkflowWrites(JobWriter):
                 last_error=cancel_message(reason),
             )
         )
-        self._hold_slots_of_running(locked)
+        # A cancelled running node in a limited queue keeps its slot, as for
+        # Job.objects.cancel: its handler may run on after the cancel.
+        hold_cancelled(
+            self.db,
+            (
+                CancelledClaim(job_id, token, queue, worker, expires)
+                for job_id, status, token, queue, worker, expires in locked
+                if status == JobStatus.RUNNING
+            ),
+        )
         model = self.model
         transaction.on_commit(
             lambda: [signals.job_cancelled.send(sender=model, job_id=job_id) for job_id in ids],
@@ -268,23 +279,6 @@ class WorkflowWrites(JobWriter):
         if rows != len(ids):  # the ids are locked: only a broken lock gets here
             logger.warning("cancel: %d of %d locked jobs changed", rows, len(ids))
         return ids
-
-    def _hold_slots_of_running(self, locked: Sequence[tuple[Any, ...]]) -> None:
-        """A cancelled running node in a queue with a concurrency limit keeps its slot.
-
-        Its handler may run on after the cancel, as for ``Job.objects.cancel``: the
-        hold, written in the cancel's transaction, names the claim that was running,
-        and the worker deletes it once the handler has ended.
-        """
-        from django_arcature.queues.limits import read_limits
-        from django_arcature.queues.occupancy import Held, hold_slots
-
-        limited = {name for name, limit in read_limits().items() if limit.concurrency}
-        running = [
-            row for row in locked if row[1] == JobStatus.RUNNING and row[2] and row[3] in limited
-        ]
-        for job_id, _, token, queue, worker, expires in running:
-            hold_slots(self.db, [Held(token, job_id, queue)], worker, expires_at=expires)
 
     # --- batches --------------------------------------------------------------------
 

@@ -30,7 +30,17 @@ from datetime import datetime, timedelta
 
 from django_arcature.db.clock import DatabaseNow, database_now
 
-__all__ = ["Held", "count_held", "extend_holds", "hold_slots", "purge_expired", "release_holds"]
+__all__ = [
+    "CancelledClaim",
+    "Held",
+    "count_held",
+    "extend_holds",
+    "hold_cancelled",
+    "hold_slots",
+    "limited_queues",
+    "purge_expired",
+    "release_holds",
+]
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,48 @@ def hold_slots(
         ignore_conflicts=True,
     )
     return len(created)
+
+
+@dataclass(frozen=True)
+class CancelledClaim:
+    """A job row a cancel has just taken out of ``running``: what it read before writing."""
+
+    job_id: uuid.UUID
+    claim_token: uuid.UUID | None
+    queue: str
+    worker_id: str
+    lease_expires_at: datetime | None
+
+
+def limited_queues() -> set[str]:
+    """The queues with a concurrency limit: the only ones whose cancels hold a slot."""
+    from .limits import read_limits
+
+    return {name for name, limit in read_limits().items() if limit.concurrency}
+
+
+def hold_cancelled(
+    using: str, cancelled: Iterable[CancelledClaim], limited: set[str] | None = None
+) -> int:
+    """Keep the slots of running jobs just cancelled in limited queues; call in the cancel's
+    transaction.
+
+    Both cancels (an operator's ``Job.objects.cancel`` and a workflow's or batch's
+    cancel of its nodes) write through here, so they hold slots by one rule: the
+    hold names the claim that was running, so that the worker running it deletes
+    it when the handler ends, and it expires with that claim's lease, so that a
+    dead worker's hold lapses as its lease would have. ``limited`` is
+    :func:`limited_queues` when the caller already read it.
+    """
+    if limited is None:
+        limited = limited_queues()
+    written = 0
+    for one in cancelled:
+        if one.claim_token is None or one.queue not in limited:
+            continue
+        held = [Held(one.claim_token, one.job_id, one.queue)]
+        written += hold_slots(using, held, one.worker_id, expires_at=one.lease_expires_at)
+    return written
 
 
 def extend_holds(using: str, tokens: Iterable[uuid.UUID], lease_seconds: float) -> int:

@@ -30,6 +30,7 @@ from django_arcature.core.payloads import (
     arguments_fit,
     ensure_arguments_json,
     ensure_payload_size,
+    json_key,
 )
 from django_arcature.exceptions import MalformedPayload
 
@@ -108,21 +109,13 @@ def _as_stored(value: Any, where: str, depth: int) -> Any:
 
 
 def _key_as_stored(key: object, where: str) -> str:
-    """A dict key as ``json.dumps`` writes it (the framework's normalisation keeps it as is)."""
-    if isinstance(key, str):
-        return str.__str__(key)
-    if key is True:
-        return "true"
-    if key is False:
-        return "false"
-    if key is None:
-        return "null"
-    if isinstance(key, int):
-        return int.__repr__(key)
-    if isinstance(key, float):
-        if not math.isfinite(key):
-            raise TaskArgumentsNotStorable(
-                f"{where} has the key {key!r}, which JSON has no form for: use str keys"
-            )
-        return float.__repr__(key)
-    raise TypeError(f"Unsupported type: {type(key)}")
+    """A dict key as stored (:func:`~django_arcature.core.payloads.json_key`), or why not.
+
+    JSON has no form for a non-finite float key (``json.dumps`` would write the
+    non-JSON ``NaN``), so such a key is refused here with the argument named.
+    """
+    if isinstance(key, float) and not math.isfinite(key):
+        raise TaskArgumentsNotStorable(
+            f"{where} has the key {key!r}, which JSON has no form for: use str keys"
+        )
+    return json_key(key)

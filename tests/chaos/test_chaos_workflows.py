@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,22 +33,7 @@ from django_arcature.workflows.models import BatchRun, WorkflowRun
 from tests.faults.processes import FaultWorker, event_counts
 from tests.testapp import workflow_jobs as wf
 
-from .test_chaos_soak import kill_worker_sessions as kill_every_session
-
-
-def kill_worker_sessions() -> int:
-    """The workers' sessions killed on the server; on PostgreSQL only this role's, so a
-    superuser's session on the same database (a monitor, a DBA) is left alone."""
-    if connection.vendor != "postgresql":
-        return kill_every_session()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND usename = current_user"
-        )
-        return int(cursor.fetchone()[0])
-
+from .fleet import Chaos, run_under_faults
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
@@ -74,14 +56,6 @@ PAUSE = (1.5, 4.0) if SOAK else (0.4, 0.9)
 TIMEOUT = 1800 if SOAK else 150
 #: How long each body runs: long enough for a SIGKILL to land in the middle of some.
 BODY_SECONDS = 0.05
-
-
-@pytest.fixture
-def fleet() -> Iterator[list[FaultWorker]]:
-    workers: list[FaultWorker] = []
-    yield workers
-    for worker in workers:
-        worker.cleanup()
 
 
 def build(chance: random.Random, runs: Path) -> tuple[dict[str, list[str]], list[Workflow]]:
@@ -124,50 +98,24 @@ def test_chaos_workflows_and_batches_fire_exactly_once(
         batches.append(batch.enqueue())
     events = tmp_path / "events.txt"
     args = ["--concurrency", str(CONCURRENCY), "--batch", str(BATCH), "--lease", str(LEASE)]
-    connection.close()
-
-    def start() -> None:
-        fleet.append(FaultWorker(args, events))
-
-    for _ in range(WORKERS):
-        start()
-    sigkills = session_kills = kill_rounds = 0
-    deadline = time.monotonic() + TIMEOUT
     callbacks = 2 * BATCHES
-    while True:
-        unfinished = Job.objects.exclude(status=JobStatus.SUCCEEDED).count()
+
+    def unfinished() -> int:
+        """Jobs not succeeded yet, or 1 while a batch callback is still to be enqueued."""
+        left = Job.objects.exclude(status=JobStatus.SUCCEEDED).count()
         fired = Job.objects.filter(task_name__in=("wf.batch_record", "wf.batch_done")).count()
-        connection.close()
-        if not unfinished and fired >= callbacks:
-            break
-        assert time.monotonic() < deadline, (
-            f"seed {seed}: {unfinished} job(s) not done after {TIMEOUT}s: "
-            f"{Counter(Job.objects.values_list('status', flat=True))}"
-        )
-        time.sleep(chance.uniform(*PAUSE))
-        if MAX_FAULTS is not None and sigkills + kill_rounds >= MAX_FAULTS:
-            continue
+        return left or int(fired < callbacks)
+
+    chaos = Chaos(
+        pause=PAUSE,
+        session_chance=0.3,
+        timeout=TIMEOUT,
         # Workers still starting up hold nothing: kill one that is draining.
-        live = [worker for worker in fleet if worker.alive() and "started" in worker.log]
-        if connection.vendor != "sqlite" and chance.random() < 0.3:
-            session_kills += kill_worker_sessions()
-            kill_rounds += 1
-            connection.close()
-        elif live:
-            victim = chance.choice(live)
-            victim.proc.send_signal(signal.SIGKILL)
-            victim.proc.wait()
-            sigkills += 1
-            start()
-    for worker in fleet:
-        started_by = time.monotonic() + 30
-        while worker.alive() and "started" not in worker.log and time.monotonic() < started_by:
-            time.sleep(0.05)
-        if worker.alive():
-            worker.proc.send_signal(signal.SIGTERM)
-    for worker in fleet:
-        if worker.proc.poll() is None:
-            assert worker.wait(30) == 0, worker.log[-3000:]
+        only_started=True,
+        max_faults=MAX_FAULTS,
+    )
+    faults = run_under_faults(chance, fleet, events, args, WORKERS, chaos, unfinished, seed)
+    sigkills, session_kills = faults.sigkills, faults.session_kills
 
     lines = runs.read_text().splitlines()
     first: dict[str, int] = {}

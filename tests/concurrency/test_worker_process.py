@@ -19,6 +19,7 @@ from django.db import connection
 
 from django_arcature.models import Job, JobStatus
 from tests.concurrency.conftest import WorkerProcess, read_events, wait_started, wait_until
+from tests.faults.sessions import kill_worker_sessions
 from tests.pgcluster import connected_cluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -172,25 +173,6 @@ def test_cancelled_running_job_completion_is_fenced_out(
 # --- database faults -------------------------------------------------------------------
 
 
-def kill_other_connections() -> int:
-    """Drop every other session on the test database, as a server restart would."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-            return int(cursor.fetchone()[0])
-        cursor.execute(
-            "SELECT id FROM information_schema.processlist "
-            "WHERE db = DATABASE() AND id <> CONNECTION_ID()"
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-        for thread_id in ids:
-            cursor.execute(f"KILL {int(thread_id)}")
-        return len(ids)
-
-
 def drain_across_a_fault(start_worker: StartWorker, fault: Callable[[], object]) -> None:
     jobs = [Job.objects.enqueue("tests.sleep", args=[0.05]) for _ in range(40)]
     worker = start_worker("--concurrency", "2", "--batch", "2")
@@ -213,7 +195,7 @@ def drain_across_a_fault(start_worker: StartWorker, fault: Callable[[], object])
 )
 @pytest.mark.pgbouncer(False, reason="PgBouncer absorbs killed server connections between queries")
 def test_worker_survives_its_connections_being_killed(start_worker: StartWorker) -> None:
-    drain_across_a_fault(start_worker, kill_other_connections)
+    drain_across_a_fault(start_worker, kill_worker_sessions)
 
 
 @pytest.mark.restarts_server

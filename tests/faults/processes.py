@@ -7,7 +7,10 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.dburl import database_url
 
@@ -78,3 +81,13 @@ def event_counts(path: Path) -> Counter[tuple[str, str]]:
         (name, job_id)
         for name, _, job_id in (line.partition(" ") for line in path.read_text().splitlines())
     )
+
+
+@pytest.fixture
+def fleet() -> Iterator[list[FaultWorker]]:
+    """The worker processes a test starts (append them): each is killed and its log
+    removed afterwards, whatever the test did."""
+    workers: list[FaultWorker] = []
+    yield workers
+    for worker in workers:
+        worker.cleanup()

@@ -9,7 +9,6 @@ event sent exactly once per landed write.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,17 @@ from django.db import connection
 
 from django_arcature.models import Job
 from tests.faults import jobs as fault_jobs
-from tests.faults.processes import FaultWorker, event_counts
+from tests.faults.processes import FaultWorker, event_counts, fleet
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
+
+__all__ = ["fleet"]  # the fixture, imported for this module's test
 
 RAISING = "job_succeeded,job_retried,job_dead,job_claim_lost,jobs_swept,task_started,task_finished"
 
 
-@pytest.fixture
-def worker_log() -> Iterator[list[FaultWorker]]:
-    started: list[FaultWorker] = []
-    yield started
-    for worker in started:
-        worker.cleanup()
-
-
 def test_burst_with_raising_receivers_and_refused_values_exits_clean(
-    tmp_path: Path, worker_log: list[FaultWorker]
+    tmp_path: Path, fleet: list[FaultWorker]
 ) -> None:
     assert fault_jobs.HOSTILE
     ok = [str(Job.objects.enqueue("faults.ok", args=[n]).id) for n in range(10)]
@@ -48,7 +41,7 @@ def test_burst_with_raising_receivers_and_refused_values_exits_clean(
     connection.close()
 
     worker = FaultWorker(["--burst", "--concurrency", "2", "--batch", "8"], events, raising=RAISING)
-    worker_log.append(worker)
+    fleet.append(worker)
     status = worker.wait(90)
 
     assert status == 0, worker.log[-5000:]

@@ -32,6 +32,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: For the tests that run ``manage.py`` (see ``manage``): a project on a SQLite file
+#: of its own, the same on every database; the in-process tests run everywhere.
+OWN_SQLITE_PROJECT = pytest.mark.only_on(
+    "sqlite", reason="it runs its own project on a SQLite file, whatever the database under test"
+)
+
 
 def manage(settings: str, database: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
@@ -53,6 +59,7 @@ def manage(settings: str, database: Path, *args: str) -> subprocess.CompletedPro
     )
 
 
+@OWN_SQLITE_PROJECT
 def test_manage_py_speaks_language_code_in_help_and_output(tmp_path: Path) -> None:
     database = tmp_path / "fr.sqlite3"
     helped = manage("tests.testapp.french_settings", database, "arcature_queue", "--help")
@@ -78,6 +85,7 @@ def test_manage_py_speaks_language_code_in_help_and_output(tmp_path: Path) -> No
     assert english.stdout == "x: paused, 0 pending, 0 running\n", english.stderr
 
 
+@OWN_SQLITE_PROJECT
 def test_an_option_error_is_in_the_project_language(tmp_path: Path) -> None:
     """argparse's own frame stays in Python's English; the reason is ours."""
     done = manage(
@@ -193,6 +201,7 @@ def test_prune_reports_its_rules_in_whole_translated_sentences() -> None:
     ]
 
 
+@OWN_SQLITE_PROJECT
 def test_the_health_probe_line_stays_english(tmp_path: Path) -> None:
     """The probe prints what ``python -m django_arcature.worker.health`` prints, which
     loads no Django: orchestrator events and alerts match on that one wording."""

@@ -161,6 +161,11 @@ def test_pausing_a_queue_nothing_names_says_to_check_the_spelling() -> None:
     )
 
 
+# A fresh project on a SQLite file of its own: the same run on every database. The
+# command's database writes are test_arcature_queue_command's, on every database.
+@pytest.mark.only_on(
+    "sqlite", reason="it runs its own project on a SQLite file, whatever the database under test"
+)
 def test_pause_and_resume_print_one_line_each_in_a_fresh_project(tmp_path: Path) -> None:
     """With Django's default logging, a log record at WARNING or above reaches stderr
     through Python's last-resort handler: the command's own line must not be

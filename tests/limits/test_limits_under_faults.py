@@ -54,8 +54,19 @@ def finished(ids: list[Any]) -> bool:
 
 
 def stop_all(workers: list[WorkerProcess]) -> dict[int, float]:
+    """SIGTERM every worker and wait for it to exit: a clean exit, or the SIGKILL it got.
+
+    A replacement started just before may not have installed its SIGTERM handler
+    yet (Django is still starting): it is given up to 30 s to log that it started
+    first, or the signal would end it with -SIGTERM (seen on a loaded machine).
+    """
     ended: dict[int, float] = {}
     for worker in workers:
+
+        def up(worker: WorkerProcess = worker) -> bool:
+            return not worker.alive() or " started: " in worker.log
+
+        wait_until(up, timeout=30, what="a replacement worker to start")
         if worker.alive():
             worker.signal(signal.SIGTERM)
     for worker in workers:

@@ -121,8 +121,11 @@ def test_a_second_signal_after_a_self_stop_forces_and_the_lease_brings_the_job_b
     assert "second SIGTERM: exiting now" in worker.log
     # Forced: nothing was released, the lease expires and a sweep takes the job back.
     assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
-    time.sleep(2.5)
-    assert Job.objects.sweep_expired_leases() == 1
+    # Past the 2 s lease a sweep takes it back: polled, not a fixed wait past the lease.
+    wait_until(
+        lambda: Job.objects.sweep_expired_leases() == 1,
+        what="the lease to expire and a sweep to take the job back",
+    )
     assert no_job_running()
 
 
@@ -136,6 +139,9 @@ def test_two_sigterms_without_a_self_stop_still_force(
     wait_for_log(worker, "stopping")
     worker.signal(signal.SIGTERM)
     assert worker.wait(10) == 128 + signal.SIGTERM
-    time.sleep(2.5)
-    assert Job.objects.sweep_expired_leases() == 1
+    # Past the 2 s lease a sweep takes it back: polled, not a fixed wait past the lease.
+    wait_until(
+        lambda: Job.objects.sweep_expired_leases() == 1,
+        what="the lease to expire and a sweep to take the job back",
+    )
     assert no_job_running()

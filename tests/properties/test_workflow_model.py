@@ -13,37 +13,33 @@ by the metrics without scanning nodes). Invariants: no waiting node has all its
 dependencies met (it would have been released), a cancelled dependent of a
 finished upstream is explained, and a stale token never changes anything.
 
+The steps a node shares with a batch member are in ``member_programs.py``.
+
 Profiles: ``tests/properties/conftest.py`` (``ARCATURE_SOAK=1`` for the long run).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import uuid
 from collections import Counter
-from datetime import timedelta
 
 import pytest
-from django.db.models import F
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from django_arcature import Workflow
-from django_arcature.core.decide import HandlerError
-from django_arcature.db import ClaimedJob
 from django_arcature.models import Job
-from django_arcature.transitions import ClaimTransition, Completion
-from django_arcature.worker.dispatch import snooze_completion
+from django_arcature.transitions import ClaimTransition
 from django_arcature.workflows.build import Node
 from django_arcature.workflows.models import WorkflowRun
-from tests.properties.conftest import TALLY
+from tests.properties.conftest import PROFILE, TALLY
+from tests.properties.member_programs import MAX_ATTEMPTS, MemberMachine, completion
 from tests.testapp import workflow_jobs as wf
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
 
 TALLY_NAME = "workflow model"
-MAX_ATTEMPTS = 2
+LIVE = ("waiting", "pending", "running")
 MET_BY: dict[str, tuple[str, ...]] = {
     "succeeded": ("succeeded", "always"),
     "dead": ("failed", "always"),
@@ -65,7 +61,9 @@ dags = st.integers(min_value=2, max_value=7).flatmap(
 )
 
 
-class WorkflowModel(RuleBasedStateMachine):
+class WorkflowModel(MemberMachine):
+    TALLY_NAME = TALLY_NAME
+
     @initialize(dag=dags)
     def build(self, dag: tuple[int, list[tuple[set[int], str]]]) -> None:
         Job.objects.all().delete()
@@ -87,19 +85,15 @@ class WorkflowModel(RuleBasedStateMachine):
             )
         flow.enqueue()
         self.flow = flow
-        self.ids = [node.job_id for node in nodes]
-        self.status = ["waiting" if self.deps[i] else "pending" for i in range(n)]
-        self.attempts = [0] * n
+        self.start(
+            [node.job_id for node in nodes],
+            ["waiting" if self.deps[i] else "pending" for i in range(n)],
+        )
         self.edge = {(u, d): "open" for d in range(n) for u in self.deps[d]}
         self.cancelled_by: dict[int, int | None] = {}
-        self.tokens: dict[int, uuid.UUID] = {}
-        self.claims: dict[int, ClaimedJob] = {}
-        self.stale: list[tuple[int, uuid.UUID]] = []
         #: Nodes an operator cancelled (not those let go by an upstream's outcome).
         self.operator_cancelled: set[int] = set()
         self.workflow_cancelled = False
-        self.steps = 0
-        TALLY.setdefault(TALLY_NAME, Counter())["examples"] += 1
 
     # --- the model ---------------------------------------------------------------------
 
@@ -153,34 +147,7 @@ class WorkflowModel(RuleBasedStateMachine):
             if u in back and self.status[d] in ("waiting", "cancelled"):
                 self.edge[(u, d)] = "open"
 
-    def step(self) -> None:
-        TALLY[TALLY_NAME]["steps"] += 1
-        self.steps += 1
-
-    def pick(self, pick: int, *states: str) -> int:
-        """A node in one of ``states`` if there is one (else any node): programs reach
-        deep states instead of mostly refused steps."""
-        eligible = [i for i, state in enumerate(self.status) if state in states]
-        return eligible[pick % len(eligible)] if eligible else pick % len(self.ids)
-
-    # --- rules -------------------------------------------------------------------------
-
-    @rule(i=st.integers(0, 6))
-    def claim(self, i: int) -> None:
-        i = self.pick(i, "pending")
-        claimed = Job.objects.claim_job(self.ids[i], "w", 60)
-        if self.status[i] != "pending":
-            assert claimed is None
-            self.step()
-            return
-        assert claimed is not None
-        if i in self.tokens:
-            self.stale.append((i, self.tokens[i]))
-        self.tokens[i] = claimed.claim_token
-        self.claims[i] = claimed
-        self.status[i] = "running"
-        self.attempts[i] += 1
-        self.step()
+    # --- rules (claim and snooze: MemberMachine) ----------------------------------------
 
     def land(self, i: int, kind: str) -> None:
         del self.tokens[i]
@@ -192,14 +159,7 @@ class WorkflowModel(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, 6), kind=st.sampled_from(["succeeded", "dead", "dead", "retry"]))
     def complete(self, i: int, kind: str) -> None:
-        i = self.pick(i, "running")
-        if self.status[i] != "running":
-            self.step()
-            return
-        completion = _completion(self.ids[i], self.tokens[i], kind)
-        assert Job.objects.complete_many([completion]) == [ClaimTransition.UPDATED]
-        self.land(i, kind)
-        self.step()
+        self.complete_at(i, kind)
 
     @rule(
         kinds=st.tuples(
@@ -212,100 +172,39 @@ class WorkflowModel(RuleBasedStateMachine):
             self.step()
             return
         batch = [
-            _completion(self.ids[i], self.tokens[i], k) for i, k in zip(running, kinds, strict=True)
+            completion(self.ids[i], self.tokens[i], k) for i, k in zip(running, kinds, strict=True)
         ]
         assert Job.objects.complete_batch(batch) == [ClaimTransition.UPDATED] * 2
         for i, kind in zip(running, kinds, strict=True):
             self.land(i, kind)
         self.step()
 
-    @rule(i=st.integers(0, 6), stale=st.booleans())
-    def snooze(self, i: int, stale: bool) -> None:
-        """``raise Snooze(0)``: back to pending with its attempt given back; a stale
-        claim's snooze is fenced out like any completion."""
-        i = self.pick(i, "running")
-        if self.status[i] != "running":
-            self.step()
-            return
-        claimed = self.claims[i]
-        if stale:
-            olds = [token for node, token in self.stale if node == i]
-            if not olds:
-                self.step()
-                return
-            claimed = dataclasses.replace(claimed, claim_token=olds[-1])
-        snoozed = snooze_completion(claimed, HandlerError("later", snooze=0.0), worker_id="w")
-        assert isinstance(snoozed, Completion)
-        written = Job.objects.complete_many([snoozed])
-        if stale:
-            assert written == [ClaimTransition.LOST]
-        else:
-            assert written == [ClaimTransition.UPDATED]
-            del self.tokens[i]
-            self.status[i] = "pending"
-            self.attempts[i] -= 1
-        self.step()
-
     @precondition(lambda self: bool(self.stale) and self.steps % 3 == 0)
     @rule(pick=st.integers(0, 20), kind=st.sampled_from(["succeeded", "dead", "retry"]))
     def complete_with_a_stale_token(self, pick: int, kind: str) -> None:
-        if not self.stale:
-            self.step()
-            return
-        i, token = self.stale[pick % len(self.stale)]
-        assert Job.objects.complete_many([_completion(self.ids[i], token, kind)]) == [
-            ClaimTransition.LOST
-        ]
-        self.step()
+        self.complete_stale(pick, kind)
 
     @rule(i=st.integers(0, 6))
     def expire_and_sweep(self, i: int) -> None:
-        i = self.pick(i, "running")
-        if self.status[i] != "running":
-            self.step()
-            return
-        Job.objects.filter(pk=self.ids[i]).update(
-            lease_expires_at=F("locked_at") - timedelta(days=1)
-        )
-        assert Job.objects.sweep_expired_leases(10) == 1
-        self.stale.append((i, self.tokens.pop(i)))
-        if self.attempts[i] >= MAX_ATTEMPTS:
-            self.status[i] = "dead"
-            self.finish(i, "dead")
-        else:
-            self.status[i] = "pending"
+        expired = self.expire(i)
+        if expired is not None and self.status[expired] == "dead":
+            self.finish(expired, "dead")
         self.step()
 
     @precondition(lambda self: self.steps % 5 == 4)  # now and then, or nothing else runs
     @rule(i=st.integers(0, 6))
     def cancel(self, i: int) -> None:
-        i = self.pick(i, "waiting", "pending", "running")
-        rows = Job.objects.cancel(self.ids[i])
-        if self.status[i] not in ("waiting", "pending", "running"):
-            assert rows == 0
-            self.step()
-            return
-        assert rows == 1
-        if self.status[i] == "running":
-            self.stale.append((i, self.tokens.pop(i)))
-        self.status[i] = "cancelled"
-        self.operator_cancelled.add(i)
-        self.finish(i, "cancelled")
+        cancelled = self.cancel_one(i, LIVE)
+        if cancelled is not None:
+            self.operator_cancelled.add(cancelled)
+            self.finish(cancelled, "cancelled")
         self.step()
 
     @rule(i=st.integers(0, 6))
     def requeue(self, i: int) -> None:
-        i = self.pick(i, "dead")
-        rows = Job.objects.requeue_dead(self.ids[i])
-        if self.status[i] != "dead":
-            assert rows == 0
-            self.step()
-            return
-        assert rows == 1
-        self.status[i] = "pending"
-        self.attempts[i] = 0
-        if not self.workflow_cancelled:
-            self.resume(i)
+        requeued = self.requeue_one(i)
+        if requeued is not None and not self.workflow_cancelled:
+            self.resume(requeued)
         self.step()
 
     def expected_outcome(self) -> str:
@@ -330,11 +229,7 @@ class WorkflowModel(RuleBasedStateMachine):
         self.frozen_outcome = self.expected_outcome() or "cancelled"
         self.flow.cancel()
         self.workflow_cancelled = True
-        for i, state in enumerate(self.status):
-            if state in ("waiting", "pending", "running"):
-                if state == "running":
-                    self.stale.append((i, self.tokens.pop(i)))
-                self.status[i] = "cancelled"
+        self.cancel_all_live(LIVE)
         self.step()
 
     # --- checks ------------------------------------------------------------------------
@@ -343,8 +238,7 @@ class WorkflowModel(RuleBasedStateMachine):
     def rows_agree_with_the_model(self) -> None:
         if not hasattr(self, "ids"):
             return
-        rows = dict(Job.objects.filter(id__in=self.ids).values_list("id", "status"))
-        assert [rows[job_id] for job_id in self.ids] == self.status
+        self.statuses_agree()
         attempts = dict(Job.objects.filter(id__in=self.ids).values_list("id", "attempts"))
         assert [attempts[job_id] for job_id in self.ids] == self.attempts
 
@@ -366,20 +260,16 @@ class WorkflowModel(RuleBasedStateMachine):
                 assert not all(self.edge[(u, d)] == "met" for u in self.deps[d])
 
 
-def _completion(job_id: uuid.UUID, token: uuid.UUID, kind: str) -> Completion:
-    if kind == "succeeded":
-        return Completion(job_id, token, "succeeded", result=1)
-    if kind == "dead":
-        return Completion(job_id, token, "dead", error_kind="permanent", message="no")
-    return Completion(job_id, token, "retry", retry_delay=0.0, message="again")
-
-
 def test_workflows_behave_like_their_model() -> None:
     """Random DAGs and programs agree with the model after every step."""
     from hypothesis.stateful import run_state_machine_as_test
 
     before = Counter(TALLY.get(TALLY_NAME, Counter()))
-    run_state_machine_as_test(WorkflowModel, settings=settings())
+    # CI: 40 programs per database (half the CI profile's 80: about 1 s each on
+    # SQLite, more on the servers), new ones every run on each of the three
+    # databases; ``make soak`` (ARCATURE_SOAK=1) runs the soak profile's 400.
+    chosen = settings() if PROFILE == "soak" else settings(max_examples=40)
+    run_state_machine_as_test(WorkflowModel, settings=chosen)
     after = TALLY[TALLY_NAME]
     assert after["examples"] > before["examples"]
     assert after["steps"] > before["steps"]

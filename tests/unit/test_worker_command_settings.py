@@ -13,6 +13,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Every test here runs a command on a SQLite file of its own (see run_command), so
+# on PostgreSQL or MariaDB it would repeat the same runs; the checks it exercises
+# read settings, not the database.
+pytestmark = pytest.mark.only_on(
+    "sqlite", reason="it runs its own project on a SQLite file, whatever the database under test"
+)
+
+
 def run_worker(settings: str, *args: str) -> subprocess.CompletedProcess[str]:
     return run_command(settings, "arcature_worker", *args)
 
