@@ -24,7 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .rows import prepare_rows
 
-__all__ = ["CopyText", "copy_text", "escape"]
+__all__ = ["ChunkText", "CopyText", "copy_text", "escape"]
 
 #: How many rows go into one write to the COPY stream.
 ROWS_PER_WRITE = 1000
@@ -58,6 +58,93 @@ class CopyText:
             yield "".join(batch)
 
 
+def _shared_columns(
+    connection: BaseDatabaseWrapper,
+    render: _Renderer,
+    prepared: Any,
+    varying: Collection[str],
+) -> tuple[list[str], list[str]]:
+    """The shared non-NULL columns (quoted) and their text, rendered once per call."""
+    qn = connection.ops.quote_name
+    columns: list[str] = []
+    tail: list[str] = []
+    for position, field in enumerate(prepared.fields):
+        if field.attname in varying:
+            continue
+        value = prepared.shared[position]
+        if value is None and not field.has_db_default():
+            continue  # NULL: what the column holds when the COPY leaves it out
+        columns.append(qn(field.column))
+        tail.append(render.value(value))
+    return columns, tail
+
+
+class ChunkText:
+    """COPY text of a bulk enqueue rendered from each row's values, not its instance.
+
+    A chunk (:class:`django_arcature.manager.bulk_rows.Chunk`) holds its rows as
+    column lists: the ids' 128-bit values, the payloads, the times, perhaps the
+    keys. Each is rendered as the instance's value would be (the same payload
+    text, by the field's own encoder; the same ISO times), so the stored row is the
+    one :func:`copy_text` would have sent for the instance made afterwards.
+    """
+
+    def __init__(
+        self,
+        connection: BaseDatabaseWrapper,
+        raw_cursor: Any,
+        model: Any,
+        sample: Any,
+        varying: Collection[str],
+        json_as_text: Callable[[Any], Any],
+    ) -> None:
+        prepared = prepare_rows(connection, model, [sample], varying, json_as_text=json_as_text)
+        qn = connection.ops.quote_name
+        render = _Renderer(raw_cursor)
+        by_name = {attname: (position, convert) for position, attname, convert in prepared.converters}
+        text_of = {
+            attname: render.for_field(prepared.fields[position], convert)
+            for attname, (position, convert) in by_name.items()
+        }
+        self.keyed = "unique_key" in by_name
+        order = ["id", "payload", "available_at", "created_at"] + (
+            ["unique_key"] if self.keyed else []
+        )
+        if set(order) != set(by_name):
+            raise ValueError(f"rows varying in {sorted(by_name)} are rendered from instances")
+        columns = [qn(prepared.fields[by_name[name][0]].column) for name in order]
+        shared_columns, tail = _shared_columns(connection, render, prepared, varying)
+        self.columns = columns + shared_columns
+        self.suffix = ("\t" + "\t".join(tail) if tail else "") + "\n"
+        self.payload_text = text_of["payload"]
+        self.time_text = text_of["available_at"]
+        self.key_text = text_of.get("unique_key")
+        #: Aware datetimes are written as their ISO text (what :class:`_Renderer` does).
+        self.iso_times = bool(settings.USE_TZ)
+
+    def text(self, chunk: Any) -> str:
+        """The lines of one chunk's rows."""
+        payload_text, time_text, suffix = self.payload_text, self.time_text, self.suffix
+        iso = self.iso_times
+        lines = []
+        for value, payload, available_at, created_at in zip(
+            chunk.ids, chunk.payloads, chunk.available, chunk.created, strict=True
+        ):
+            if iso and available_at.tzinfo is not None and created_at.tzinfo is not None:
+                available = available_at.isoformat()
+                created = available if created_at is available_at else created_at.isoformat()
+            else:
+                available, created = time_text(available_at), time_text(created_at)
+            # 32 hex digits: PostgreSQL reads a UUID without its dashes too.
+            lines.append(f"{value:032x}\t{payload_text(payload)}\t{available}\t{created}")
+        if self.keyed:
+            key_text = self.key_text
+            assert key_text is not None
+            keys = chunk.keys if chunk.keys is not None else [chunk.owner.unique_key] * len(lines)
+            lines = [f"{line}\t{key_text(key)}" for line, key in zip(lines, keys, strict=True)]
+        return suffix.join(lines) + suffix
+
+
 def copy_text(
     connection: BaseDatabaseWrapper,
     raw_cursor: Any,
@@ -76,15 +163,8 @@ def copy_text(
         field = prepared.fields[position]
         columns.append(qn(field.column))
         converters.append((attname, render.for_field(field, convert)))
-    tail: list[str] = []
-    for position, field in enumerate(prepared.fields):
-        if field.attname in varying:
-            continue
-        value = prepared.shared[position]
-        if value is None and not field.has_db_default():
-            continue  # NULL: what the column holds when the COPY leaves it out
-        columns.append(qn(field.column))
-        tail.append(render.value(value))
+    shared_columns, tail = _shared_columns(connection, render, prepared, varying)
+    columns.extend(shared_columns)
     # The shared columns' text, after the varying ones (a tab between the two parts
     # only if both have columns).
     suffix = ("\t" if converters and tail else "") + "\t".join(tail) + "\n"

@@ -29,6 +29,7 @@ from django_arcature.hints import hint_directory, send_hints
 from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
+from .bulk_rows import BulkRows
 from .missing_table import add_migrate_hint, migrate_hint
 from .row_insert import PreparedInsert, RowStatements, insert_row, prepare_insert
 
@@ -205,7 +206,7 @@ class EnqueueWrites(JobWriter):
         items = [split_arguments(item) for item in arguments]
         if not items:
             return []
-        rows, varying, _ = self._build_rows(
+        prepared, _, _ = self._prepare_rows(
             task,
             items,
             queue=queue,
@@ -216,22 +217,23 @@ class EnqueueWrites(JobWriter):
             unique_key=None,
             backend="",
         )
-        if any(row.unique_key is not None for row in rows):
-            with migrate_hint(self.model._meta.db_table, self.db):
-                return self._enqueue_many_unique(rows)
+        assert isinstance(prepared, BulkRows)  # not single: the rows are made later
+        bulk = prepared
+        if bulk.derive_key is not None:
+            rows = bulk.all()
+            if any(row.unique_key is not None for row in rows):
+                with migrate_hint(self.model._meta.db_table, self.db):
+                    return self._enqueue_many_unique(rows)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
         using = self.db
 
-        def insert() -> None:
+        def insert() -> list[Job]:
             with transaction.atomic(using=using):
-                driver_for(using).insert_rows(self.model, rows, varying, batch_size)
+                return driver_for(using).stream_rows(self.model, bulk, batch_size)
 
         with migrate_hint(self.model._meta.db_table, using):
-            _retry_on_lock_conflict(using, insert)
-        for row in rows:  # as bulk_create leaves them: saved, and on this database
-            row._state.adding = False
-            row._state.db = using
+            rows = _retry_on_lock_conflict(using, insert)
         self._announce_enqueued(rows)
         return self._run_eagerly(rows)
 
@@ -343,12 +345,42 @@ class EnqueueWrites(JobWriter):
         backend: str,
         single: bool = False,
     ) -> tuple[list[Job], tuple[str, ...], RowStatements | None]:
+        """:meth:`_prepare_rows` with every row made an instance (unsaved)."""
+        rows, varying, statements = self._prepare_rows(
+            task,
+            items,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            backend=backend,
+            single=single,
+        )
+        return (rows.all() if isinstance(rows, BulkRows) else rows), varying, statements
+
+    def _prepare_rows(
+        self,
+        task: Any,
+        items: Sequence[tuple[list[Any], dict[str, Any]]],
+        *,
+        queue: str | None,
+        priority: int | None,
+        delay: float | timedelta | None,
+        run_at: datetime | None,
+        max_attempts: int | None,
+        unique_key: str | None,
+        backend: str,
+        single: bool = False,
+    ) -> tuple[list[Job] | BulkRows, tuple[str, ...], RowStatements | None]:
         """Validate every item's arguments, then the options once, and build the rows (unsaved).
 
         ``items`` are ``(args, kwargs)`` pairs, already a list and a dict each.
         Settings are read and the options checked once per call, so a bulk
         enqueue pays per row only for the argument check, an id, a clock reading
-        and the row itself. Returns the rows, the names of the fields that
+        and the row itself. Returns the rows (for many, a :class:`BulkRows` that
+        makes them on demand, chunk by chunk), the names of the fields that
         differ between them (everything else is the same in every row) and, for
         ``single``, the kept INSERTs of rows built like these (None when a
         ``pre_init``/``post_init`` receiver could have changed a value).
@@ -406,7 +438,7 @@ class EnqueueWrites(JobWriter):
             backend=backend,
         )
         derive_key = plan.unique and unique_key is None
-        ids = new_ids(len(items))
+        ids = new_ids(1 if single else 0)
         if single:
             # One row: its times are the database's clock, written by the INSERT itself.
             [(args, kwargs)] = items
@@ -423,35 +455,36 @@ class EnqueueWrites(JobWriter):
                 plain,
             )
             return [row], maker.varying, statements if plain else None
-        # Many rows: the database's clock read once, each row offset from it by the time
-        # spent building the rows before it, so the rows become available (and are
-        # claimed) in the order given, as if enqueued one by one.
-        db_now = database_now(self.db)
-        started = timezone.now()
-        plain = maker.plain
-        rows = []
-        for job_id, (args, kwargs) in zip(ids, items, strict=True):
-            now = db_now + (timezone.now() - started)
-            if run_at is not None:
-                available_at = run_at
-            elif offset is not None:
-                available_at = now + offset
-            else:
-                available_at = now
-            rows.append(
-                maker.make(
-                    job_id,
-                    {"args": args, "kwargs": kwargs},
-                    available_at,
-                    now,
-                    plan.unique_key(args, kwargs) if derive_key else unique_key,
-                    plain,
-                )
-            )
+        bulk = self._bulk(maker, items, offset, run_at, plan, derive_key, unique_key)
+        return bulk, bulk.varying, None
+
+    def _bulk(
+        self,
+        maker: RowMaker,
+        items: Sequence[tuple[list[Any], dict[str, Any]]],
+        offset: timedelta | None,
+        run_at: datetime | None,
+        plan: Any,
+        derive_key: bool,
+        unique_key: str | None,
+    ) -> BulkRows:
+        """Many rows: the database's clock read once, each row offset from it by the time
+        spent making the rows before it, so the rows become available (and are claimed)
+        in the order given, as if enqueued one by one."""
         varying = maker.varying
         if not derive_key:  # one key (or none) for every row
             varying = tuple(name for name in varying if name != "unique_key")
-        return rows, varying, None
+        return BulkRows(
+            self.model,
+            maker,
+            items,
+            db_now=database_now(self.db),
+            offset=offset,
+            run_at=run_at,
+            derive_key=plan.unique_key if derive_key else None,
+            unique_key=None if derive_key else unique_key,
+            varying=varying,
+        )
 
     def _insert_unique(self, row: Job, statements: RowStatements | None = None) -> tuple[Job, bool]:
         """Insert ``row``, or return the live job that already holds its unique key.
