@@ -97,6 +97,8 @@ class SQLiteDriver(Driver):
         columns = ", ".join(qn(field.column) for field in prepared.fields)
         placeholders = ", ".join(["%s"] * len(prepared.fields))
         with connection.cursor() as cursor:
+            # An iterator, not a list: each row's parameters exist only while it is
+            # inserted, so a huge batch is not held a second time as parameters.
             cursor.executemany(
-                f"INSERT INTO {table} ({columns}) VALUES ({placeholders})", list(prepared)
+                f"INSERT INTO {table} ({columns}) VALUES ({placeholders})", iter(prepared)
             )
