@@ -101,7 +101,9 @@ class ChunkText:
         prepared = prepare_rows(connection, model, [sample], varying, json_as_text=json_as_text)
         qn = connection.ops.quote_name
         render = _Renderer(raw_cursor)
-        by_name = {attname: (position, convert) for position, attname, convert in prepared.converters}
+        by_name = {
+            attname: (position, convert) for position, attname, convert in prepared.converters
+        }
         text_of = {
             attname: render.for_field(prepared.fields[position], convert)
             for attname, (position, convert) in by_name.items()
@@ -300,7 +302,7 @@ def _one_encoder(instance: json.JSONEncoder, encode: Callable[[Any], str]) -> An
 
     try:
         state = [build()]
-        probe = {"args": [1.5, "é\t\"", None, True, 2**70], "kwargs": {"k": {}}}
+        probe = {"args": [1.5, 'é\t"', None, True, 2**70], "kwargs": {"k": {}}}
         if "".join(state[0](probe, 0)) != encode(probe):
             return None
     except Exception:

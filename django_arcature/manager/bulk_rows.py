@@ -139,6 +139,9 @@ class BulkRows:
         self.fresh = [(name, _direct(default)) for name, default in maker.fresh]
         self.rows: list[Job] = []
         self.saved_on: str | None = None
+        #: Checks items ``start`` to ``stop`` (raising what enqueue would), called for
+        #: each chunk before its rows are made; None when every item was checked already.
+        self.check: Callable[[int, int], None] | None = None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -168,7 +171,10 @@ class BulkRows:
         skew = self.db_now - datetime.now(UTC)
         now_utc = datetime.now
         last = self.db_now - _MICROSECOND
+        check = self.check
         for start in range(0, len(items), size):
+            if check is not None:
+                check(start, start + size)
             part = items[start : start + size]
             ids = uuid7_ints(len(part))
             payloads = []
@@ -200,4 +206,4 @@ class BulkRows:
 
 def _direct(default: Callable[[], Any]) -> Callable[[], Any]:
     field_default = getattr(getattr(default, "__self__", None), "default", None)
-    return field_default if field_default in (list, dict) else default  # type: ignore[return-value]
+    return field_default if field_default in (list, dict) else default

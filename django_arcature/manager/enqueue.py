@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
-from django.utils import timezone
 
 from django_arcature import signals
 from django_arcature.conf import get_settings
@@ -387,44 +386,63 @@ class EnqueueWrites(JobWriter):
         """
         checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)
-        if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
-            for args, kwargs in items[1:]:
-                prepare_enqueue(task, args, kwargs, checked=checked)
-        else:  # the task is resolved; each further item needs only its argument check
-            validate = plan.spec.validate
-            for args, kwargs in items[1:]:
-                try:
-                    validate(args, kwargs)
-                except MalformedPayload as exc:  # worded as prepare_enqueue words it
-                    raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
         conf = get_settings()
         limit = conf.max_payload_bytes
-        for args, kwargs in items:
-            if not arguments_fit(args, kwargs, limit):  # then measured exactly
-                ensure_payload_size(
-                    {"args": args, "kwargs": kwargs},
-                    limit,
-                    f"cannot enqueue {plan.name}: its arguments",
-                )
-        offset = delay_offset(delay, run_at)
-        attempts_allowed = next(
-            value
-            for value in (max_attempts, plan.max_attempts, conf.max_attempts)
-            if value is not None
-        )
-        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-            raise TypeError(f"priority must be an int, not {priority!r}")
-        # An empty queue name is refused, not replaced by the default.
-        queue_name = queue if queue is not None else (plan.queue or conf.default_queue)
-        problem = (
-            max_attempts_problem(attempts_allowed)
-            or (priority_problem(priority) if priority is not None else None)
-            or name_problem(queue_name, "queue", QUEUE_MAX_LENGTH)
-            or (unique_key_problem(unique_key) if unique_key is not None else None)
-            or (name_problem(plan.name, "the task name", NAME_MAX_LENGTH) if backend else None)
-        )
-        if problem:
-            raise ValueError(problem)
+
+        def check(start: int, stop: int) -> None:
+            """Items ``start`` to ``stop``: each one's arguments, then each one's size
+            (the first item's arguments were checked by ``prepare_enqueue`` above)."""
+            if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
+                for args, kwargs in items[max(start, 1) : stop]:
+                    prepare_enqueue(task, args, kwargs, checked=checked)
+            else:  # the task is resolved; each further item needs only its argument check
+                validate = plan.spec.validate
+                for args, kwargs in items[max(start, 1) : stop]:
+                    try:
+                        validate(args, kwargs)
+                    except MalformedPayload as exc:  # worded as prepare_enqueue words it
+                        raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
+            for args, kwargs in items[start:stop]:
+                if not arguments_fit(args, kwargs, limit):  # then measured exactly
+                    ensure_payload_size(
+                        {"args": args, "kwargs": kwargs},
+                        limit,
+                        f"cannot enqueue {plan.name}: its arguments",
+                    )
+
+        # Many items are checked a chunk at a time as their rows are made (BulkRows), so
+        # on PostgreSQL the server stores one chunk while the next is checked; a bad
+        # item still inserts nothing (the COPY is aborted) and raises what it raised.
+        # A tracer is told about the call (jobs_enqueuing) only once every item passed.
+        deferred = not single and not signals.jobs_enqueuing.has_listeners(self.model)
+        if not deferred:
+            check(0, len(items))
+        try:
+            offset = delay_offset(delay, run_at)
+            attempts_allowed = next(
+                value
+                for value in (max_attempts, plan.max_attempts, conf.max_attempts)
+                if value is not None
+            )
+            if priority is not None and (
+                isinstance(priority, bool) or not isinstance(priority, int)
+            ):
+                raise TypeError(f"priority must be an int, not {priority!r}")
+            # An empty queue name is refused, not replaced by the default.
+            queue_name = queue if queue is not None else (plan.queue or conf.default_queue)
+            problem = (
+                max_attempts_problem(attempts_allowed)
+                or (priority_problem(priority) if priority is not None else None)
+                or name_problem(queue_name, "queue", QUEUE_MAX_LENGTH)
+                or (unique_key_problem(unique_key) if unique_key is not None else None)
+                or (name_problem(plan.name, "the task name", NAME_MAX_LENGTH) if backend else None)
+            )
+            if problem:
+                raise ValueError(problem)
+        except (TypeError, ValueError):
+            if deferred:  # a bad item is reported before a bad option, as always
+                check(0, len(items))
+            raise
         traced = _trace_context(self.model, plan.name, queue_name, len(items))
         maker, statements = _row_maker(
             self.model,
@@ -456,6 +474,7 @@ class EnqueueWrites(JobWriter):
             )
             return [row], maker.varying, statements if plain else None
         bulk = self._bulk(maker, items, offset, run_at, plan, derive_key, unique_key)
+        bulk.check = check if deferred else None
         return bulk, bulk.varying, None
 
     def _bulk(

@@ -44,7 +44,7 @@ def test_a_bad_item_in_the_middle_of_5000_raises_what_enqueue_raises(
     announced: list[Job],
 ) -> None:
     with pytest.raises(MalformedPayload) as alone:
-        add.enqueue(3, "four")
+        add.enqueue(3, "four")  # type: ignore[arg-type]
     items: list[Any] = [(i, i) for i in range(5000)]
     items[2500] = (3, "four")
     with transaction.atomic():
