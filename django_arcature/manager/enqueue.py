@@ -195,11 +195,13 @@ class EnqueueWrites(JobWriter):
 
         Each item of ``arguments`` is a sequence of positional arguments, a
         mapping of keyword arguments, or an ``(args, kwargs)`` pair. Every item is
-        validated before anything is written, so a bad item inserts nothing. The
+        validated (a chunk at a time, as its rows are made) and a bad one inserts
+        nothing: on PostgreSQL it aborts the COPY the rows before it went into. The
         result lines up with ``arguments``; for a ``unique`` task an item whose key
         is already held (by an older job or an earlier item) gets the holder.
 
-        On PostgreSQL the rows go in one ``COPY``; MySQL/MariaDB take ``batch_size``
+        On PostgreSQL the rows go in one ``COPY``, streamed while they are made
+        (:meth:`PostgreSQLDriver.stream_rows`); MySQL/MariaDB take ``batch_size``
         rows per INSERT, SQLite one prepared INSERT run for every row.
         """
         items = [split_arguments(item) for item in arguments]
