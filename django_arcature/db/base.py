@@ -14,11 +14,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db import connections
 
 from .claimed import ClaimedJob
+
+if TYPE_CHECKING:
+    from django_arcature.manager.bulk_rows import BulkRows
 
 #: ``(job_id, claim_token, fields)`` for one row of a batched fenced completion.
 CompletionRow = tuple[uuid.UUID, uuid.UUID, dict[str, Any]]
@@ -138,6 +141,19 @@ class Driver:
     ) -> None:
         """Insert unsaved rows in as few statements as the database allows (in a transaction)."""
         raise NotImplementedError
+
+    def stream_rows(self, model: Any, bulk: BulkRows, batch_size: int) -> list[Any]:
+        """Insert the rows of one bulk enqueue (in a transaction); return their instances.
+
+        Here the instances are made first and inserted by :meth:`insert_rows`; a
+        driver that can send rows while it makes them (PostgreSQL's COPY) overrides this.
+        """
+        rows = bulk.all()
+        self.insert_rows(model, rows, bulk.varying, batch_size)
+        for row in rows:  # as bulk_create leaves them: saved, and on this database
+            row._state.adding = False
+            row._state.db = self.using
+        return rows
 
     # --- planner estimates ---------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Collection, Sequence
+from itertools import batched
 from typing import Any
 
 from django.db import DatabaseError
@@ -20,6 +21,9 @@ from .batch import update_from_values
 from .claimed import ClaimedJob
 from .rows import prepare_rows
 from .single_statement import claim_with_cte
+
+#: Rows of parameters per ``executemany`` call of a bulk insert.
+_ROWS_PER_EXECUTEMANY = 1000
 
 
 class SQLiteDriver(Driver):
@@ -96,7 +100,10 @@ class SQLiteDriver(Driver):
         table = qn(model._meta.db_table)
         columns = ", ".join(qn(field.column) for field in prepared.fields)
         placeholders = ", ".join(["%s"] * len(prepared.fields))
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"
         with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {table} ({columns}) VALUES ({placeholders})", list(prepared)
-            )
+            # A slice of rows per executemany, so a huge batch's parameters are never
+            # all held at once (Django's SQLite executemany tee()s its argument: an
+            # iterator of every row would be buffered whole, as a list would be).
+            for rows in batched(prepared, _ROWS_PER_EXECUTEMANY):
+                cursor.executemany(sql, rows)

@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
-from django.utils import timezone
 
 from django_arcature import signals
 from django_arcature.conf import get_settings
@@ -30,6 +29,7 @@ from django_arcature.hints import hint_directory, send_hints
 from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
+from .bulk_rows import BulkRows
 from .missing_table import add_migrate_hint, migrate_hint
 from .row_insert import PreparedInsert, RowStatements, insert_row, prepare_insert
 
@@ -206,17 +206,19 @@ class EnqueueWrites(JobWriter):
 
         Each item of ``arguments`` is a sequence of positional arguments, a
         mapping of keyword arguments, or an ``(args, kwargs)`` pair. Every item is
-        validated before anything is written, so a bad item inserts nothing. The
+        validated (a chunk at a time, as its rows are made) and a bad one inserts
+        nothing: on PostgreSQL it aborts the COPY the rows before it went into. The
         result lines up with ``arguments``; for a ``unique`` task an item whose key
         is already held (by an older job or an earlier item) gets the holder.
 
-        On PostgreSQL the rows go in one ``COPY``; MySQL/MariaDB take ``batch_size``
+        On PostgreSQL the rows go in one ``COPY``, streamed while they are made
+        (:meth:`PostgreSQLDriver.stream_rows`); MySQL/MariaDB take ``batch_size``
         rows per INSERT, SQLite one prepared INSERT run for every row.
         """
         items = [split_arguments(item) for item in arguments]
         if not items:
             return []
-        rows, varying, _ = self._build_rows(
+        prepared, _, _ = self._prepare_rows(
             task,
             items,
             queue=queue,
@@ -227,22 +229,23 @@ class EnqueueWrites(JobWriter):
             unique_key=None,
             backend="",
         )
-        if any(row.unique_key is not None for row in rows):
-            with migrate_hint(self.model._meta.db_table, self.db):
-                return self._enqueue_many_unique(rows)
+        assert isinstance(prepared, BulkRows)  # not single: the rows are made later
+        bulk = prepared
+        if bulk.derive_key is not None:
+            rows = bulk.all()
+            if any(row.unique_key is not None for row in rows):
+                with migrate_hint(self.model._meta.db_table, self.db):
+                    return self._enqueue_many_unique(rows)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
         using = self.db
 
-        def insert() -> None:
+        def insert() -> list[Job]:
             with transaction.atomic(using=using):
-                driver_for(using).insert_rows(self.model, rows, varying, batch_size)
+                return driver_for(using).stream_rows(self.model, bulk, batch_size)
 
         with migrate_hint(self.model._meta.db_table, using):
-            _retry_on_lock_conflict(using, insert)
-        for row in rows:  # as bulk_create leaves them: saved, and on this database
-            row._state.adding = False
-            row._state.db = using
+            rows = _retry_on_lock_conflict(using, insert)
         self._announce_enqueued(rows)
         return self._run_eagerly(rows)
 
@@ -355,56 +358,105 @@ class EnqueueWrites(JobWriter):
         backend: str,
         single: bool = False,
     ) -> tuple[list[Job], tuple[str, ...], RowStatements | None]:
+        """:meth:`_prepare_rows` with every row made an instance (unsaved)."""
+        rows, varying, statements = self._prepare_rows(
+            task,
+            items,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            backend=backend,
+            single=single,
+        )
+        return (rows.all() if isinstance(rows, BulkRows) else rows), varying, statements
+
+    def _prepare_rows(
+        self,
+        task: Any,
+        items: Sequence[tuple[list[Any], dict[str, Any]]],
+        *,
+        queue: str | None,
+        priority: int | None,
+        delay: float | timedelta | None,
+        run_at: datetime | None,
+        max_attempts: int | None,
+        unique_key: str | None,
+        backend: str,
+        single: bool = False,
+    ) -> tuple[list[Job] | BulkRows, tuple[str, ...], RowStatements | None]:
         """Validate every item's arguments, then the options once, and build the rows (unsaved).
 
         ``items`` are ``(args, kwargs)`` pairs, already a list and a dict each.
         Settings are read and the options checked once per call, so a bulk
         enqueue pays per row only for the argument check, an id, a clock reading
-        and the row itself. Returns the rows, the names of the fields that
+        and the row itself. Returns the rows (for many, a :class:`BulkRows` that
+        makes them on demand, chunk by chunk), the names of the fields that
         differ between them (everything else is the same in every row) and, for
         ``single``, the kept INSERTs of rows built like these (None when a
         ``pre_init``/``post_init`` receiver could have changed a value).
         """
         checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)
-        if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
-            for args, kwargs in items[1:]:
-                prepare_enqueue(task, args, kwargs, checked=checked)
-        else:  # the task is resolved; each further item needs only its argument check
-            validate = plan.spec.validate
-            for args, kwargs in items[1:]:
-                try:
-                    validate(args, kwargs)
-                except MalformedPayload as exc:  # worded as prepare_enqueue words it
-                    raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
         conf = get_settings()
         limit = conf.max_payload_bytes
-        for args, kwargs in items:
-            if not arguments_fit(args, kwargs, limit):  # then measured exactly
-                ensure_payload_size(
-                    {"args": args, "kwargs": kwargs},
-                    limit,
-                    f"cannot enqueue {plan.name}: its arguments",
-                )
-        offset = delay_offset(delay, run_at)
-        attempts_allowed = next(
-            value
-            for value in (max_attempts, plan.max_attempts, conf.max_attempts)
-            if value is not None
-        )
-        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-            raise TypeError(f"priority must be an int, not {priority!r}")
-        # An empty queue name is refused, not replaced by the default.
-        queue_name = queue if queue is not None else (plan.queue or conf.default_queue)
-        problem = (
-            max_attempts_problem(attempts_allowed)
-            or (priority_problem(priority) if priority is not None else None)
-            or name_problem(queue_name, "queue", QUEUE_MAX_LENGTH)
-            or (unique_key_problem(unique_key) if unique_key is not None else None)
-            or (name_problem(plan.name, "the task name", NAME_MAX_LENGTH) if backend else None)
-        )
-        if problem:
-            raise ValueError(problem)
+
+        def check(start: int, stop: int) -> None:
+            """Items ``start`` to ``stop``: each one's arguments, then each one's size
+            (the first item's arguments were checked by ``prepare_enqueue`` above)."""
+            if plan.spec is None:  # the django.tasks backend's rows: JSON checks only
+                for args, kwargs in items[max(start, 1) : stop]:
+                    prepare_enqueue(task, args, kwargs, checked=checked)
+            else:  # the task is resolved; each further item needs only its argument check
+                validate = plan.spec.validate
+                for args, kwargs in items[max(start, 1) : stop]:
+                    try:
+                        validate(args, kwargs)
+                    except MalformedPayload as exc:  # worded as prepare_enqueue words it
+                        raise MalformedPayload(f"cannot enqueue {plan.name}: {exc}") from None
+            for args, kwargs in items[start:stop]:
+                if not arguments_fit(args, kwargs, limit):  # then measured exactly
+                    ensure_payload_size(
+                        {"args": args, "kwargs": kwargs},
+                        limit,
+                        f"cannot enqueue {plan.name}: its arguments",
+                    )
+
+        # Many items are checked a chunk at a time as their rows are made (BulkRows), so
+        # on PostgreSQL the server stores one chunk while the next is checked; a bad
+        # item still inserts nothing (the COPY is aborted) and raises what it raised.
+        # A tracer is told about the call (jobs_enqueuing) only once every item passed.
+        deferred = not single and not signals.jobs_enqueuing.has_listeners(self.model)
+        if not deferred:
+            check(0, len(items))
+        try:
+            offset = delay_offset(delay, run_at)
+            attempts_allowed = next(
+                value
+                for value in (max_attempts, plan.max_attempts, conf.max_attempts)
+                if value is not None
+            )
+            if priority is not None and (
+                isinstance(priority, bool) or not isinstance(priority, int)
+            ):
+                raise TypeError(f"priority must be an int, not {priority!r}")
+            # An empty queue name is refused, not replaced by the default.
+            queue_name = queue if queue is not None else (plan.queue or conf.default_queue)
+            problem = (
+                max_attempts_problem(attempts_allowed)
+                or (priority_problem(priority) if priority is not None else None)
+                or name_problem(queue_name, "queue", QUEUE_MAX_LENGTH)
+                or (unique_key_problem(unique_key) if unique_key is not None else None)
+                or (name_problem(plan.name, "the task name", NAME_MAX_LENGTH) if backend else None)
+            )
+            if problem:
+                raise ValueError(problem)
+        except (TypeError, ValueError):
+            if deferred:  # a bad item is reported before a bad option, as always
+                check(0, len(items))
+            raise
         traced = _trace_context(self.model, plan.name, queue_name, len(items))
         maker, statements = _row_maker(
             self.model,
@@ -418,7 +470,7 @@ class EnqueueWrites(JobWriter):
             backend=backend,
         )
         derive_key = plan.unique and unique_key is None
-        ids = new_ids(len(items))
+        ids = new_ids(1 if single else 0)
         if single:
             # One row: its times are the database's clock, written by the INSERT itself.
             [(args, kwargs)] = items
@@ -435,35 +487,37 @@ class EnqueueWrites(JobWriter):
                 plain,
             )
             return [row], maker.varying, statements if plain else None
-        # Many rows: the database's clock read once, each row offset from it by the time
-        # spent building the rows before it, so the rows become available (and are
-        # claimed) in the order given, as if enqueued one by one.
-        db_now = database_now(self.db)
-        started = timezone.now()
-        plain = maker.plain
-        rows = []
-        for job_id, (args, kwargs) in zip(ids, items, strict=True):
-            now = db_now + (timezone.now() - started)
-            if run_at is not None:
-                available_at = run_at
-            elif offset is not None:
-                available_at = now + offset
-            else:
-                available_at = now
-            rows.append(
-                maker.make(
-                    job_id,
-                    {"args": args, "kwargs": kwargs},
-                    available_at,
-                    now,
-                    plan.unique_key(args, kwargs) if derive_key else unique_key,
-                    plain,
-                )
-            )
+        bulk = self._bulk(maker, items, offset, run_at, plan, derive_key, unique_key)
+        bulk.check = check if deferred else None
+        return bulk, bulk.varying, None
+
+    def _bulk(
+        self,
+        maker: RowMaker,
+        items: Sequence[tuple[list[Any], dict[str, Any]]],
+        offset: timedelta | None,
+        run_at: datetime | None,
+        plan: Any,
+        derive_key: bool,
+        unique_key: str | None,
+    ) -> BulkRows:
+        """Many rows: the database's clock read once, each row offset from it by the time
+        spent making the rows before it, so the rows become available (and are claimed)
+        in the order given, as if enqueued one by one."""
         varying = maker.varying
         if not derive_key:  # one key (or none) for every row
             varying = tuple(name for name in varying if name != "unique_key")
-        return rows, varying, None
+        return BulkRows(
+            self.model,
+            maker,
+            items,
+            db_now=database_now(self.db),
+            offset=offset,
+            run_at=run_at,
+            derive_key=plan.unique_key if derive_key else None,
+            unique_key=None if derive_key else unique_key,
+            varying=varying,
+        )
 
     def _insert_unique(self, row: Job, statements: RowStatements | None = None) -> tuple[Job, bool]:
         """Insert ``row``, or return the live job that already holds its unique key.

@@ -1,0 +1,209 @@
+"""The rows of one ``enqueue_many`` call, made a chunk at a time: values first, jobs after.
+
+A bulk enqueue used to make every row a ``Job`` instance, then turn the
+instances into COPY text, then send it, and only then did the server start its
+own work: client and server ran one after the other. Here the rows of a chunk
+exist first as plain values (id, payload, times), which is all the COPY text
+needs; a driver that streams (PostgreSQL) sends a chunk's text and then makes
+that chunk's ``Job`` instances (:meth:`Chunk.make`) while the server is parsing
+and indexing it. Everywhere else the chunks are made into instances first and
+inserted as before (:meth:`BulkRows.all`).
+
+The values of a row are exactly what its instance holds, so what is sent and
+what is returned are the same row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db.models.base import ModelState
+
+from django_arcature.enqueueing import RowMaker, uuid7_ints
+
+if TYPE_CHECKING:
+    from django_arcature.models import Job
+
+__all__ = ["BulkRows", "Chunk"]
+
+#: The varying columns a streaming driver renders itself; rows with others go the long way.
+STREAMED = frozenset({"id", "payload", "available_at", "created_at", "unique_key"})
+
+_MICROSECOND = timedelta(microseconds=1)
+_new_uuid = uuid.UUID.__new__
+_set = object.__setattr__
+_UNKNOWN = uuid.SafeUUID.unknown
+
+
+class Chunk:
+    """A run of consecutive rows as column lists, and how to make their instances."""
+
+    __slots__ = ("available", "created", "ids", "keys", "owner", "payloads")
+
+    def __init__(
+        self,
+        owner: BulkRows,
+        ids: list[int],
+        payloads: list[dict[str, Any]],
+        available: list[datetime],
+        created: list[datetime],
+        keys: list[str | None] | None,
+    ) -> None:
+        self.owner = owner
+        #: The ids' 128-bit values (a ``UUID`` is made for the instance only).
+        self.ids = ids
+        self.payloads = payloads
+        self.available = available
+        #: The same list as :attr:`available` when no delay or ``run_at`` applies.
+        self.created = created
+        #: One key per row, or None when every row has the call's one key (or none).
+        self.keys = keys
+
+    def make(self) -> None:
+        """This chunk's ``Job`` instances, appended to the call's rows."""
+        owner = self.owner
+        maker = owner.maker
+        template = maker.template
+        fresh = owner.fresh
+        using = owner.saved_on
+        plain = owner.plain
+        key = owner.unique_key
+        keys = self.keys
+        append = owner.rows.append
+        for index, (value, payload, available_at, created_at) in enumerate(
+            zip(self.ids, self.payloads, self.available, self.created, strict=True)
+        ):
+            job_id = _new_uuid(uuid.UUID)
+            _set(job_id, "int", value)  # what UUID(int=value) stores, without its checks
+            _set(job_id, "is_safe", _UNKNOWN)
+            row_key = keys[index] if keys is not None else key
+            if not plain:
+                append(maker.make(job_id, payload, available_at, created_at, row_key, False))
+                continue
+            values = template.copy()
+            values["id"] = job_id
+            values["payload"] = payload
+            values["available_at"] = available_at
+            values["created_at"] = created_at
+            values["unique_key"] = row_key
+            for attname, default in fresh:
+                values[attname] = default()
+            state = ModelState()
+            if using is not None:  # as bulk_create leaves them: saved, and on this database
+                state.adding = False
+                state.db = using
+            values["_state"] = state
+            row = owner.model.__new__(owner.model)
+            row.__dict__ = values
+            append(row)
+
+
+class BulkRows:
+    """The validated items of one call and everything shared by their rows.
+
+    Each row reads the clock (the database's, read once per call, plus the time
+    elapsed on this host since) when its values are made, later rows never earlier
+    than the ones before them, so the rows become available in the order given.
+    """
+
+    def __init__(
+        self,
+        model: type[Job],
+        maker: RowMaker,
+        items: Sequence[tuple[list[Any], dict[str, Any]]],
+        *,
+        db_now: datetime,
+        offset: timedelta | None,
+        run_at: datetime | None,
+        derive_key: Callable[[list[Any], dict[str, Any]], str | None] | None,
+        unique_key: str | None,
+        varying: tuple[str, ...],
+    ) -> None:
+        self.model = model
+        self.maker = maker
+        self.items = items
+        self.db_now = db_now
+        self.offset = offset
+        self.run_at = run_at
+        self.derive_key = derive_key
+        self.unique_key = unique_key
+        #: The fields whose values may differ between rows.
+        self.varying = varying
+        #: No ``pre_init``/``post_init`` receivers: instances are assembled directly.
+        self.plain = maker.plain
+        #: A ``list``/``dict`` default is called as the type itself (what the field's
+        #: ``get_default`` would call), one call less per row.
+        self.fresh = [(name, _direct(default)) for name, default in maker.fresh]
+        self.rows: list[Job] = []
+        self.saved_on: str | None = None
+        #: Checks items ``start`` to ``stop`` (raising what enqueue would), called for
+        #: each chunk before its rows are made; None when every item was checked already.
+        self.check: Callable[[int, int], None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def streamable(self) -> bool:
+        """Whether a driver may render the rows from their values (:data:`STREAMED`)
+        instead of from the instances (which a ``post_init`` receiver may change)."""
+        return self.plain and STREAMED.issuperset(self.varying)
+
+    def sample(self) -> Job:
+        """A row holding every shared value (its varying ones are placeholders)."""
+        now = self.db_now
+        return self.maker.make(uuid.UUID(int=0), {}, now, now, self.unique_key, self.plain)
+
+    def chunks(self, size: int, saved_on: str | None = None) -> Iterator[Chunk]:
+        """The rows ``size`` at a time, from the first; starts the call's rows afresh.
+
+        With ``saved_on`` the instances are marked saved on that database as they are
+        made (the caller makes them only inside the insert that writes them).
+        """
+        self.rows = []
+        self.saved_on = saved_on
+        items = self.items
+        offset, run_at, derive_key = self.offset, self.run_at, self.derive_key
+        # db_now + (now - started), as one addition per row.
+        skew = self.db_now - datetime.now(UTC)
+        now_utc = datetime.now
+        last = self.db_now - _MICROSECOND
+        check = self.check
+        for start in range(0, len(items), size):
+            if check is not None:
+                check(start, start + size)
+            part = items[start : start + size]
+            ids = uuid7_ints(len(part))
+            payloads = []
+            created = []
+            for args, kwargs in part:
+                payloads.append({"args": args, "kwargs": kwargs})
+                now = now_utc(UTC) + skew
+                if now <= last:  # the clock stood still (or stepped back): keep the order
+                    now = last + _MICROSECOND
+                created.append(now)
+                last = now
+            if run_at is not None:
+                available = [run_at] * len(part)
+            elif offset is not None:
+                available = [moment + offset for moment in created]
+            else:
+                available = created
+            keys = None
+            if derive_key is not None:
+                keys = [derive_key(args, kwargs) for args, kwargs in part]
+            yield Chunk(self, ids, payloads, available, created, keys)
+
+    def all(self, size: int = 1000) -> list[Job]:
+        """Every row's instance (unsaved), for a driver that inserts instances."""
+        for chunk in self.chunks(size):
+            chunk.make()
+        return self.rows
+
+
+def _direct(default: Callable[[], Any]) -> Callable[[], Any]:
+    field_default = getattr(getattr(default, "__self__", None), "default", None)
+    return field_default if field_default in (list, dict) else default

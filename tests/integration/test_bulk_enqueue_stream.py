@@ -1,0 +1,172 @@
+"""``enqueue_many`` while its rows stream: PostgreSQL sends a chunk of COPY text and
+makes that chunk's ``Job`` instances while the server works on it, so a failure can
+come after some rows have gone out. Every database runs these: whichever path it
+takes, a batch is all or nothing, reports the error one-by-one enqueue would, and
+keeps no more than the rows it returns in memory.
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from django_arcature import MalformedPayload, job, signals
+from django_arcature.manager import bulk_rows
+from django_arcature.models import Job
+from tests.integration.api_jobs import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@job(name="bulk_stream.echo")
+def echo(*args: Any, **kwargs: Any) -> None:
+    """Takes any JSON."""
+
+
+@pytest.fixture
+def announced() -> Iterator[list[Job]]:
+    seen: list[Job] = []
+
+    def receive(sender: Any, job: Job, **kwargs: Any) -> None:
+        seen.append(job)
+
+    signals.job_enqueued.connect(receive, weak=False)
+    yield seen
+    signals.job_enqueued.disconnect(receive)
+
+
+def test_a_bad_item_in_the_middle_of_5000_raises_what_enqueue_raises(
+    announced: list[Job],
+) -> None:
+    with pytest.raises(MalformedPayload) as alone:
+        add.enqueue(3, "four")  # type: ignore[arg-type]
+    items: list[Any] = [(i, i) for i in range(5000)]
+    items[2500] = (3, "four")
+    with transaction.atomic():
+        kept = add.enqueue(1)
+        with pytest.raises(MalformedPayload) as bulk:
+            add.enqueue_many(items)
+        assert str(bulk.value) == str(alone.value)
+        assert Job.objects.count() == 1  # the caller's transaction goes on
+    assert list(Job.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert [j.pk for j in announced] == [kept.pk]
+
+
+def test_a_failure_between_two_chunks_leaves_nothing_and_the_transaction_usable(
+    monkeypatch: pytest.MonkeyPatch, announced: list[Job]
+) -> None:
+    """Our own code failing after some chunks went out (on PostgreSQL: mid-COPY)."""
+    made = bulk_rows.Chunk.make
+    calls = []
+
+    def make_then_fail(self: bulk_rows.Chunk) -> None:
+        calls.append(len(self.ids))
+        if len(calls) == 3:
+            raise RuntimeError("lost mid-stream")
+        made(self)
+
+    monkeypatch.setattr(bulk_rows.Chunk, "make", make_then_fail)
+    items = [(i,) for i in range(5000)]
+    with pytest.raises(RuntimeError, match="lost mid-stream"):
+        echo.enqueue_many(items)
+    assert Job.objects.count() == 0
+    with transaction.atomic():
+        kept = echo.enqueue("kept")
+        calls.clear()
+        with pytest.raises(RuntimeError, match="lost mid-stream"):
+            echo.enqueue_many(items)
+        assert Job.objects.count() == 1
+    assert list(Job.objects.values_list("pk", flat=True)) == [kept.pk]
+    monkeypatch.setattr(bulk_rows.Chunk, "make", made)
+    assert len(echo.enqueue_many(items)) == 5000  # the connection too
+    assert Job.objects.count() == 5001
+    assert len(announced) == 5001
+
+
+#: A row trigger that refuses a row whose first argument is "boom".
+BOOM = {
+    "postgresql": [
+        """CREATE FUNCTION arcature_test_stream_boom() RETURNS trigger AS $$
+        BEGIN
+            IF NEW.payload->'args'->>0 = 'boom' THEN RAISE EXCEPTION 'boom row'; END IF;
+            RETURN NEW;
+        END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER arcature_test_stream_boom BEFORE INSERT ON django_arcature_job
+        FOR EACH ROW EXECUTE FUNCTION arcature_test_stream_boom()""",
+    ],
+    "mysql": [
+        """CREATE TRIGGER arcature_test_stream_boom BEFORE INSERT ON django_arcature_job
+        FOR EACH ROW BEGIN
+            IF JSON_UNQUOTE(JSON_EXTRACT(NEW.payload, '$.args[0]')) = 'boom' THEN
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'boom row';
+            END IF;
+        END"""
+    ],
+    "sqlite": [
+        """CREATE TRIGGER arcature_test_stream_boom BEFORE INSERT ON django_arcature_job
+        WHEN json_extract(NEW.payload, '$.args[0]') = 'boom'
+        BEGIN SELECT RAISE(ABORT, 'boom row'); END"""
+    ],
+}
+UNBOOM = {
+    "postgresql": [
+        "DROP TRIGGER IF EXISTS arcature_test_stream_boom ON django_arcature_job",
+        "DROP FUNCTION IF EXISTS arcature_test_stream_boom()",
+    ],
+    "mysql": ["DROP TRIGGER IF EXISTS arcature_test_stream_boom"],
+    "sqlite": ["DROP TRIGGER IF EXISTS arcature_test_stream_boom"],
+}
+
+
+@pytest.fixture
+def boom_trigger() -> Iterator[None]:
+    with connection.cursor() as cursor:
+        for sql in BOOM[connection.vendor]:
+            cursor.execute(sql)
+    yield
+    with connection.cursor() as cursor:
+        for sql in UNBOOM[connection.vendor]:
+            cursor.execute(sql)
+
+
+@pytest.mark.parametrize("where", [0, 499, 2500, 4999])
+def test_a_row_the_server_refuses_in_any_chunk_leaves_nothing(
+    boom_trigger: None, announced: list[Job], where: int
+) -> None:
+    """First row, the end of the first chunk, mid-stream, the very last row."""
+    items: list[Any] = [(i,) for i in range(5000)]
+    items[where] = ("boom",)
+    with transaction.atomic():
+        kept = echo.enqueue("kept")
+        with pytest.raises(DatabaseError, match="boom row"):
+            echo.enqueue_many(items)
+        assert Job.objects.count() == 1
+    assert list(Job.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert [j.pk for j in announced] == [kept.pk]
+
+
+def test_a_huge_batch_keeps_no_copies_of_its_rows_beside_the_result() -> None:
+    """What the call holds at its peak beyond what it returns (the rows themselves)
+    stays a small part of the rows: a chunk of text, not the whole batch again."""
+    count = 20_000
+    items = [(f"{i:08d}" + "x" * 200,) for i in range(count)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        jobs = echo.enqueue_many(items)
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    kept = after - before  # the returned jobs (and whatever the connection caches)
+    assert len(jobs) == count
+    assert kept > 0
+    transient = peak - after
+    # A second copy of every payload as text alone would be count * ~230 bytes.
+    assert transient < count * 230, (transient, kept)
+    assert transient < kept / 8, (transient, kept)
