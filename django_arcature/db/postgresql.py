@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from django.db import DatabaseError
 
 from .base import ClaimedFields, CompletionRow, Driver
-from .batch import update_from_values
+from .batch import update_from_json
 from .claimed import ClaimedJob
 from .copy_text import copy_text
 from .rows import prepare_rows
@@ -83,7 +83,7 @@ class PostgreSQLDriver(Driver):
         return True
 
     def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:
-        return update_from_values(self.connection, model, rows, typed=True)
+        return update_from_json(self.connection, model, rows)
 
     def insert_rows(
         self, model: Any, objs: Sequence[Any], varying: Collection[str], batch_size: int
