@@ -124,7 +124,8 @@ def _same_value(a: Any, b: Any) -> bool:
 def update_from_values(
     connection: BaseDatabaseWrapper, model: Any, rows: Sequence[CompletionRow], *, typed: bool
 ) -> set[uuid.UUID]:
-    """``UPDATE … FROM (VALUES …) … RETURNING id``: PostgreSQL's and SQLite's batched write.
+    """``UPDATE … FROM (VALUES …) … RETURNING id``: SQLite's batched write, and
+    PostgreSQL's for a batch :func:`update_from_json` cannot carry.
 
     The fence's status travels in each row and is compared as a join condition.
     Compared with the constant ``'running'``, it let PostgreSQL reach the rows through
