@@ -157,8 +157,10 @@ def update_from_values(
 #: How a column of the batch is written (see :func:`update_from_json`).
 _NOW, _NOW_ROW, _SHARED = "now", "now_row", "shared"
 _JSON, _JSON_TEXT, _SCALAR = "json", "json_text", "scalar"
-#: The statement text of each shape already built: (table, ((field, how, seconds), …)).
+#: The statement text of each shape already built: (table, ((field, how, offset?), …)).
+#: A shape is which columns vary and which are shared, never a value: a handful exist.
 _JSON_STATEMENTS: dict[tuple[Any, ...], str] = {}
+_MAX_STATEMENTS = 256
 #: Whole batches are encoded by this encoder; a JSON column that has it too is embedded
 #: as JSON, any other JSON column as the text its own encoder writes.
 _ENCODER = ExactJSONEncoder()
@@ -210,7 +212,11 @@ def _json_statement(
         if isinstance(first, DatabaseNow):
             seconds = first.seconds
             if all(_same_now(row[2][name], seconds) for row in rows):
-                shape.append((name, _NOW, seconds))
+                # An offset (a lease, a backoff) is a parameter, not part of the text:
+                # one statement for every offset, and a cache that cannot grow with them.
+                shape.append((name, _NOW, 1.0 if seconds else 0.0))
+                if seconds:
+                    shared.append(seconds)
                 continue
             how = _NOW_ROW
         elif hasattr(first, "resolve_expression"):
@@ -228,6 +234,8 @@ def _json_statement(
     key = (meta.db_table, tuple(shape))
     sql = _JSON_STATEMENTS.get(key)
     if sql is None:
+        if len(_JSON_STATEMENTS) >= _MAX_STATEMENTS:  # never reached by the transitions
+            _JSON_STATEMENTS.clear()
         sql = _JSON_STATEMENTS[key] = _build_json_sql(connection, model, shape)
     document = [
         [
@@ -262,7 +270,8 @@ def _build_json_sql(
         field = meta.get_field(name)
         column = qn(field.column)
         if how == _NOW:
-            assignments.append(f"{column} = {now_sql(vendor, seconds)}")
+            offset = driver_class(vendor).now_plus_sql("%s::double precision")
+            assignments.append(f"{column} = {offset if seconds else now_sql(vendor)}")
             continue
         if how == _SHARED:
             assignments.append(f"{column} = %s::{field.db_type(connection)}")

@@ -7,6 +7,7 @@ single-statement path (PostgreSQL, SQLite) or locks then joins (MySQL/MariaDB).
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -197,3 +198,59 @@ def test_one_statement_text_serves_every_batch_of_a_shape(make_jobs: MakeJobs) -
         )
         == [ClaimTransition.UPDATED] * 7
     )
+
+
+def test_a_backoff_every_row_shares_is_counted_from_the_database_clock(
+    make_jobs: MakeJobs,
+) -> None:
+    make_jobs(2)
+    claimed = Job.objects.claim("w1", lease=60, batch=2)
+    done = [
+        Completion(job.id, job.claim_token, "retry", message="later", retry_delay=3600.0)
+        for job in claimed
+    ]
+
+    assert Job.objects.complete_batch(done) == [ClaimTransition.UPDATED] * 2
+
+    for job in claimed:
+        row = fresh(job.id)
+        assert row.status == "pending"
+        assert row.finished_at is None
+        assert row.started_at is not None
+        ahead = (row.available_at - row.started_at).total_seconds()
+        assert 3590 <= ahead <= 3700
+
+
+@pytest.mark.only_on("postgresql", reason="only PostgreSQL sends a batch as one JSON parameter")
+def test_offsets_are_parameters_so_the_statements_do_not_grow_with_them(
+    make_jobs: MakeJobs,
+) -> None:
+    """A backoff or lease every row shares is sent as a parameter: backoffs drawn with
+    jitter must not each build (and keep) a statement of their own."""
+    from django.db import connection
+
+    from django_arcature.db import batch
+    from django_arcature.transitions import transition_fields
+
+    make_jobs(2)
+    claimed = Job.objects.claim("w1", lease=60, batch=2)
+
+    def rows(delay: float) -> list[tuple[Any, Any, dict[str, Any]]]:
+        return [
+            (
+                job.id,
+                job.claim_token,
+                transition_fields(
+                    Completion(job.id, job.claim_token, "retry", message="m", retry_delay=delay)
+                ),
+            )
+            for job in claimed
+        ]
+
+    first_sql, first_params = batch._json_statement(connection, Job, rows(3.5))
+    known = len(batch._JSON_STATEMENTS)
+    second_sql, second_params = batch._json_statement(connection, Job, rows(7.25))
+
+    assert first_sql == second_sql
+    assert len(batch._JSON_STATEMENTS) == known
+    assert first_params[1:] != second_params[1:]  # the offsets themselves
