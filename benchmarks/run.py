@@ -135,6 +135,10 @@ class Bench:
             results.update(self.memory())
             self.clear()
             return results
+        if self.options.drain_only:
+            results.update(self.drain_only())
+            self.clear()
+            return results
         repeat, measure, jobs = self.options.repeat, self.measure, self.options.jobs
         results["enqueue_single"] = statistics.median(
             measure.enqueue_single(self.options.single) for _ in range(repeat)
@@ -157,6 +161,56 @@ class Bench:
         results.update(self.memory())
         self.clear()
         return results
+
+    def drain_only(self) -> dict[str, Any]:
+        """``--drain-only``: the 2-process drain, its CPU per job (worker and server) and,
+        on PostgreSQL, the share of its updates that were HOT (written on their page,
+        with no new index entry), per run: the figures to compare worker variants by."""
+        runs: list[dict[str, Any]] = []
+        rates: list[float] = []
+        workers: list[float | None] = []
+        server: list[float | None] = []
+        for _ in range(self.options.repeat):
+            before = self.updates()
+            rate = self.measure.drain(self.options.jobs, 2)
+            after = self.updates()
+            rates.append(rate)
+            workers.append(self.measure.cpu_us_per_job)
+            server.append(self.measure.server_cpu_us_per_job)
+            runs.append(
+                {
+                    "drain_2": rate,
+                    "worker_cpu_us": self.measure.cpu_us_per_job,
+                    "server_cpu_us": self.measure.server_cpu_us_per_job,
+                    "updates": None if before is None or after is None else after[0] - before[0],
+                    "hot_updates": None
+                    if before is None or after is None
+                    else after[1] - before[1],
+                    "load": load_average(),
+                }
+            )
+        return {
+            "drain_2": statistics.median(rates),
+            "drain_2_worker_cpu_us": _median_or_none(workers),
+            "drain_2_server_cpu_us": _median_or_none(server),
+            "drain_runs": runs,
+        }
+
+    def updates(self) -> tuple[int, int] | None:
+        """The job table's updates and HOT updates so far (PostgreSQL), else None."""
+        from django.db import connection
+
+        if connection.vendor != "postgresql":
+            return None
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                "WHERE relid = %s::regclass",
+                [self.Job._meta.db_table],
+            )
+            row = cursor.fetchone()
+        return (int(row[0]), int(row[1])) if row else None
 
     def memory(self) -> dict[str, float]:
         from benchmarks.benchapp.jobs import noop
@@ -265,6 +319,13 @@ def main() -> None:
         help="only the worker RSS run, --rss-jobs on every --db (1,000,000: see README); "
         "prints its JSON, writes nothing",
     )
+    parser.add_argument(
+        "--drain-only",
+        action="store_true",
+        help="only the 2-process drain with its worker and server CPU per job (and, on "
+        "PostgreSQL, its HOT updates), --repeat times on every --db; prints its JSON, "
+        "writes nothing",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
@@ -282,7 +343,7 @@ def main() -> None:
         result = json.loads(lines[-1].removeprefix("RESULT "))
         print(json.dumps(result), flush=True)
         results.append(result)
-    if not options.no_write and not options.memory_only:
+    if not options.no_write and not options.memory_only and not options.drain_only:
         write_readme(results, options, load)
 
 

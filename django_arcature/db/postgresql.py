@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db import DatabaseError
 
 from .base import ClaimedFields, CompletionRow, Driver
-from .batch import update_from_values
+from .batch import update_from_json
 from .claimed import ClaimedJob
 from .copy_text import ChunkText, copy_text
 from .relaxed_claim import relax_claim_commit
@@ -92,7 +92,7 @@ class PostgreSQLDriver(Driver):
         return True
 
     def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:
-        return update_from_values(self.connection, model, rows, typed=True)
+        return update_from_json(self.connection, model, rows)
 
     def insert_rows(
         self, model: Any, objs: Sequence[Any], varying: Collection[str], batch_size: int

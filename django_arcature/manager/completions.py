@@ -29,6 +29,7 @@ from typing import Any
 
 from django.db import DataError, IntegrityError, transaction
 
+from django_arcature import signals
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.db import driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
@@ -231,8 +232,9 @@ class CompletionWrites(JobWriter):
             for item in prepared
         ]
         written = self._recognise_landed(written)
-        for item in written:
-            announce(self.model, item.completion, item.outcome)
+        if _observed(self.model):
+            for item in written:
+                announce(self.model, item.completion, item.outcome)
         return written
 
     def _prepare(self, completion: Completion, conf: ArcatureSettings) -> _Prepared:
@@ -413,6 +415,20 @@ class CompletionWrites(JobWriter):
         return result
 
 
+def _observed(model: type[Any]) -> bool:
+    """Whether any receiver listens to a completion's events (checked once a batch, not
+    once a row: a worker without metrics or tracing has none)."""
+    return any(
+        signal.has_listeners(model)
+        for signal in (
+            signals.job_succeeded,
+            signals.job_retried,
+            signals.job_dead,
+            signals.job_claim_lost,
+        )
+    )
+
+
 def _distinct_jobs(
     items: Sequence[_Prepared], size: int, max_bytes: int = CHUNK_TARGET_BYTES
 ) -> Iterator[list[_Prepared]]:
@@ -423,6 +439,14 @@ def _distinct_jobs(
     row changed. The second claim goes in a later chunk instead. A chunk always
     takes at least one row, however large.
     """
+    # The usual flush: one chunk, unless the same job is in it twice.
+    if (
+        len(items) <= size
+        and sum(item.size for item in items) <= max_bytes
+        and len({item.completion.job_id for item in items}) == len(items)
+    ):
+        yield list(items)
+        return
     pending = [(item, item.size) for item in items]
     while pending:
         chunk: list[_Prepared] = []

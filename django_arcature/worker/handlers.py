@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django.db import close_old_connections
 from django.db import connections as db_connections
 
 from django_arcature.conf import ArcatureSettings
@@ -76,6 +75,9 @@ class _HandlerSlot:
     cutoff: float = math.inf
     timed_out: bool = False
     abandoned: bool = False
+    #: This thread may hold an open database connection (its last attempt left one
+    #: open: ``CONN_MAX_AGE`` above 0). Read and written by the slot's own thread only.
+    connection_open: bool = True
 
     def next_check(self) -> float:
         """When the watchdog must look at this slot again."""
@@ -202,7 +204,11 @@ class HandlerThreads:
 
         Never raises: a failure of ours around the handler is the attempt's panic.
         """
-        _close_old_connections()
+        if slot.connection_open:
+            # Django's between-requests cleanup, before and after. Before is only for a
+            # connection kept open since the last attempt (it may have outlived its
+            # CONN_MAX_AGE while the thread waited); with none open it has nothing to do.
+            _close_old_connections()
         started = time.perf_counter()
         plan: AttemptPlan | None = None
         try:
@@ -226,7 +232,7 @@ class HandlerThreads:
             )
             completion = _panic(entry, exc, self.worker_id)
         finally:
-            _close_old_connections()
+            slot.connection_open = _close_old_connections()
         seconds = time.perf_counter() - started
         timed_out = self._end_attempt(slot, entry)
         if timed_out is None:
@@ -370,9 +376,20 @@ def _panic(entry: _InFlight, exc: BaseException, worker_id: str) -> Completion:
     return completion_for(entry.job, Panic.from_exception(exc), worker_id=worker_id)
 
 
-def _close_old_connections() -> None:
-    """Django's between-requests cleanup; a database that is down must not end the thread."""
+def _close_old_connections() -> bool:
+    """Django's between-requests cleanup; a database that is down must not end the thread.
+
+    What ``django.db.close_old_connections`` does (each of this thread's connections
+    closed if unusable or past its ``CONN_MAX_AGE``), in the same pass telling whether
+    one is still open afterwards: True, or when the cleanup failed (the next attempt
+    then runs it first).
+    """
+    still_open = False
     try:
-        close_old_connections()
+        for conn in db_connections.all(initialized_only=True):
+            conn.close_if_unusable_or_obsolete()
+            still_open = still_open or conn.connection is not None
     except Exception:
         logger.debug("closing old connections failed", exc_info=True)
+        return True
+    return still_open

@@ -631,6 +631,8 @@ class Worker(HandlerThreads):
         A dead job is a WARNING (seen at the default verbosity, named by task and id);
         the others are DEBUG (``-v 2``), with the run time and a retry's wait apart.
         """
+        if completion.kind != "dead" and not logger.isEnabledFor(logging.DEBUG):
+            return  # the usual case: nothing to log, so nothing to build for it
         task = entry.job.task_name if entry else "?"
         extra = entry.job.log_extra() if entry else {"job_id": str(completion.job_id)}
         if completion.kind == "dead":
@@ -643,8 +645,6 @@ class Worker(HandlerThreads):
                     completion.message,
                     extra=extra,
                 )
-            return
-        if not logger.isEnabledFor(logging.DEBUG):
             return
         outcome = completion.kind
         if completion.kind == "retry":
