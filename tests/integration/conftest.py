@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.dispatch import Signal
 
 from django_arcature import signals
@@ -82,3 +83,64 @@ def events() -> Iterator[Recorder]:
     yield recorder
     for signal, receive in receivers:
         signal.disconnect(receive)
+
+
+#: A row trigger that fails the statement when a row's first argument is "boom".
+BOOM = {
+    "postgresql": [
+        """CREATE FUNCTION arcature_test_boom() RETURNS trigger AS $$
+        BEGIN
+            IF NEW.payload->'args'->>0 = 'boom' THEN RAISE EXCEPTION 'boom row'; END IF;
+            RETURN NEW;
+        END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER arcature_test_boom BEFORE INSERT ON django_arcature_job
+        FOR EACH ROW EXECUTE FUNCTION arcature_test_boom()""",
+    ],
+    "mysql": [
+        """CREATE TRIGGER arcature_test_boom BEFORE INSERT ON django_arcature_job
+        FOR EACH ROW BEGIN
+            IF JSON_UNQUOTE(JSON_EXTRACT(NEW.payload, '$.args[0]')) = 'boom' THEN
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'boom row';
+            END IF;
+        END"""
+    ],
+    "sqlite": [
+        """CREATE TRIGGER arcature_test_boom BEFORE INSERT ON django_arcature_job
+        WHEN json_extract(NEW.payload, '$.args[0]') = 'boom'
+        BEGIN SELECT RAISE(ABORT, 'boom row'); END"""
+    ],
+}
+UNBOOM = {
+    "postgresql": [
+        "DROP TRIGGER IF EXISTS arcature_test_boom ON django_arcature_job",
+        "DROP FUNCTION IF EXISTS arcature_test_boom()",
+    ],
+    "mysql": ["DROP TRIGGER IF EXISTS arcature_test_boom"],
+    "sqlite": ["DROP TRIGGER IF EXISTS arcature_test_boom"],
+}
+
+
+@pytest.fixture
+def boom_trigger() -> Iterator[None]:
+    """A row trigger on the job table that refuses a row whose first argument is
+    "boom": a row the database itself refuses, mid-statement, on every database."""
+    with connection.cursor() as cursor:
+        for sql in BOOM[connection.vendor]:
+            cursor.execute(sql)
+    yield
+    with connection.cursor() as cursor:
+        for sql in UNBOOM[connection.vendor]:
+            cursor.execute(sql)
+
+
+@pytest.fixture
+def announced() -> Iterator[list[Job]]:
+    """The jobs ``job_enqueued`` announced (sent once an enqueue has committed)."""
+    seen: list[Job] = []
+
+    def receive(sender: Any, job: Job, **kwargs: Any) -> None:
+        seen.append(job)
+
+    signals.job_enqueued.connect(receive, weak=False)
+    yield seen
+    signals.job_enqueued.disconnect(receive)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from django.http import HttpRequest, JsonResponse
 from django.test import AsyncClient, override_settings
 from django.urls import path
 
-from django_arcature import MalformedPayload, job, signals
+from django_arcature import MalformedPayload, job
 from django_arcature.db import async_pg
 from django_arcature.models import Job, JobStatus
 from tests.integration import backend_tasks as tasks
@@ -54,18 +53,6 @@ async def enqueue_view(request: HttpRequest) -> JsonResponse:
 
 
 urlpatterns = [path("enqueue", enqueue_view)]
-
-
-@pytest.fixture
-def announced() -> Iterator[list[Job]]:
-    seen: list[Job] = []
-
-    def receive(sender: Any, job: Job, **kwargs: Any) -> None:
-        seen.append(job)
-
-    signals.job_enqueued.connect(receive, weak=False)
-    yield seen
-    signals.job_enqueued.disconnect(receive)
 
 
 def run(coroutine_function: Any, *args: Any, **kwargs: Any) -> Any:

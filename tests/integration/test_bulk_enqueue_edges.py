@@ -9,14 +9,13 @@ keys resolve as one-by-one enqueues would.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_arcature import MalformedPayload, job, signals
+from django_arcature import MalformedPayload, job
 from django_arcature.models import Job, JobStatus
 
 pytestmark = pytest.mark.django_db
@@ -30,18 +29,6 @@ def echo(*args: Any, **kwargs: Any) -> None:
 @job(name="bulk_edges.once", unique=True)
 def once(key: int) -> None:
     """One live job per key."""
-
-
-@pytest.fixture
-def announced() -> Iterator[list[Job]]:
-    seen: list[Job] = []
-
-    def receive(sender: Any, job: Job, **kwargs: Any) -> None:
-        seen.append(job)
-
-    signals.job_enqueued.connect(receive, weak=False)
-    yield seen
-    signals.job_enqueued.disconnect(receive)
 
 
 def test_a_one_row_batch() -> None:
@@ -109,52 +96,6 @@ def test_a_bulk_enqueue_that_partly_conflicts_on_unique_keys(announced: list[Job
     new = {j.pk for key, j in zip(keys, jobs, strict=True) if key not in holders}
     assert {j.pk for j in announced} == new
     assert len(announced) == len(new)
-
-
-#: A row trigger that fails the statement when a row's first argument is "boom".
-BOOM = {
-    "postgresql": [
-        """CREATE FUNCTION arcature_test_boom() RETURNS trigger AS $$
-        BEGIN
-            IF NEW.payload->'args'->>0 = 'boom' THEN RAISE EXCEPTION 'boom row'; END IF;
-            RETURN NEW;
-        END $$ LANGUAGE plpgsql""",
-        """CREATE TRIGGER arcature_test_boom BEFORE INSERT ON django_arcature_job
-        FOR EACH ROW EXECUTE FUNCTION arcature_test_boom()""",
-    ],
-    "mysql": [
-        """CREATE TRIGGER arcature_test_boom BEFORE INSERT ON django_arcature_job
-        FOR EACH ROW BEGIN
-            IF JSON_UNQUOTE(JSON_EXTRACT(NEW.payload, '$.args[0]')) = 'boom' THEN
-                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'boom row';
-            END IF;
-        END"""
-    ],
-    "sqlite": [
-        """CREATE TRIGGER arcature_test_boom BEFORE INSERT ON django_arcature_job
-        WHEN json_extract(NEW.payload, '$.args[0]') = 'boom'
-        BEGIN SELECT RAISE(ABORT, 'boom row'); END"""
-    ],
-}
-UNBOOM = {
-    "postgresql": [
-        "DROP TRIGGER IF EXISTS arcature_test_boom ON django_arcature_job",
-        "DROP FUNCTION IF EXISTS arcature_test_boom()",
-    ],
-    "mysql": ["DROP TRIGGER IF EXISTS arcature_test_boom"],
-    "sqlite": ["DROP TRIGGER IF EXISTS arcature_test_boom"],
-}
-
-
-@pytest.fixture
-def boom_trigger() -> Iterator[None]:
-    with connection.cursor() as cursor:
-        for sql in BOOM[connection.vendor]:
-            cursor.execute(sql)
-    yield
-    with connection.cursor() as cursor:
-        for sql in UNBOOM[connection.vendor]:
-            cursor.execute(sql)
 
 
 @pytest.mark.django_db(transaction=True)

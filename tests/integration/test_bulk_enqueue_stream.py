@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
-from django_arcature import MalformedPayload, job, signals
+from django_arcature import MalformedPayload, job
 from django_arcature.manager import bulk_rows
 from django_arcature.models import Job
 from tests.integration.api_jobs import add
@@ -26,18 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @job(name="bulk_stream.echo")
 def echo(*args: Any, **kwargs: Any) -> None:
     """Takes any JSON."""
-
-
-@pytest.fixture
-def announced() -> Iterator[list[Job]]:
-    seen: list[Job] = []
-
-    def receive(sender: Any, job: Job, **kwargs: Any) -> None:
-        seen.append(job)
-
-    signals.job_enqueued.connect(receive, weak=False)
-    yield seen
-    signals.job_enqueued.disconnect(receive)
 
 
 def test_a_bad_item_in_the_middle_of_5000_raises_what_enqueue_raises(
@@ -86,52 +73,6 @@ def test_a_failure_between_two_chunks_leaves_nothing_and_the_transaction_usable(
     assert len(echo.enqueue_many(items)) == 5000  # the connection too
     assert Job.objects.count() == 5001
     assert len(announced) == 5001
-
-
-#: A row trigger that refuses a row whose first argument is "boom".
-BOOM = {
-    "postgresql": [
-        """CREATE FUNCTION arcature_test_stream_boom() RETURNS trigger AS $$
-        BEGIN
-            IF NEW.payload->'args'->>0 = 'boom' THEN RAISE EXCEPTION 'boom row'; END IF;
-            RETURN NEW;
-        END $$ LANGUAGE plpgsql""",
-        """CREATE TRIGGER arcature_test_stream_boom BEFORE INSERT ON django_arcature_job
-        FOR EACH ROW EXECUTE FUNCTION arcature_test_stream_boom()""",
-    ],
-    "mysql": [
-        """CREATE TRIGGER arcature_test_stream_boom BEFORE INSERT ON django_arcature_job
-        FOR EACH ROW BEGIN
-            IF JSON_UNQUOTE(JSON_EXTRACT(NEW.payload, '$.args[0]')) = 'boom' THEN
-                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'boom row';
-            END IF;
-        END"""
-    ],
-    "sqlite": [
-        """CREATE TRIGGER arcature_test_stream_boom BEFORE INSERT ON django_arcature_job
-        WHEN json_extract(NEW.payload, '$.args[0]') = 'boom'
-        BEGIN SELECT RAISE(ABORT, 'boom row'); END"""
-    ],
-}
-UNBOOM = {
-    "postgresql": [
-        "DROP TRIGGER IF EXISTS arcature_test_stream_boom ON django_arcature_job",
-        "DROP FUNCTION IF EXISTS arcature_test_stream_boom()",
-    ],
-    "mysql": ["DROP TRIGGER IF EXISTS arcature_test_stream_boom"],
-    "sqlite": ["DROP TRIGGER IF EXISTS arcature_test_stream_boom"],
-}
-
-
-@pytest.fixture
-def boom_trigger() -> Iterator[None]:
-    with connection.cursor() as cursor:
-        for sql in BOOM[connection.vendor]:
-            cursor.execute(sql)
-    yield
-    with connection.cursor() as cursor:
-        for sql in UNBOOM[connection.vendor]:
-            cursor.execute(sql)
 
 
 @pytest.mark.parametrize("where", [0, 499, 2500, 4999])
