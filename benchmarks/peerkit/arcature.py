@@ -40,7 +40,7 @@ class Arcature(Peer):
         "concurrency": "4 threads per worker process (CONCURRENCY default)",
         "finished jobs": "kept (succeeded rows stay until the retention sweep)",
         "wake-up": "LISTEN/NOTIFY plus same-host wake-up hints; 1 s poll fallback",
-        "bulk call": "enqueue_many (one multi-row INSERT)",
+        "bulk call": "enqueue_many (one streamed COPY on PostgreSQL)",
     }
 
     def __init__(self) -> None:
