@@ -37,6 +37,7 @@ from django.db import connections, transaction
 from django.db.models import F, Sum
 
 from django_arcature.db import DatabaseNow
+from django_arcature.db.claimed import as_uuid
 from django_arcature.states import JobStatus
 
 if TYPE_CHECKING:
@@ -221,10 +222,6 @@ def _uuid_prep(connection: Any) -> Any:
     return lambda value: field.get_db_prep_value(value, connection, prepared=False)
 
 
-def _as_uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
 def _updates_returning(connection: Any) -> bool:
     """Whether ``UPDATE … RETURNING`` exists: PostgreSQL, SQLite from 3.35; not MariaDB."""
     if connection.vendor == "postgresql":
@@ -269,7 +266,7 @@ def _mark_edges(using: str, ups: list[uuid.UUID], outcome: str) -> dict[uuid.UUI
                 [*params, m.EdgeState.OPEN],
             )
             rows = cursor.fetchall()
-    return {_as_uuid(down): _as_uuid(workflow) for down, workflow in rows}
+    return {as_uuid(down): as_uuid(workflow) for down, workflow in rows}
 
 
 def _lock_and_probe(
@@ -298,13 +295,13 @@ def _lock_and_probe(
         if _one_round_trip(connection):
             probe_sql, probe_params = _edge_flags_sql(connection, model, ids)
             cursor.execute(f"{lock_sql}; {probe_sql}", [*lock_params, *probe_params])
-            waiting = [_as_uuid(row[0]) for row in cursor.fetchall()]
+            waiting = [as_uuid(row[0]) for row in cursor.fetchall()]
             cursor.nextset()
             locked = set(waiting)
             flags = [row for row in _flag_rows(cursor.fetchall()) if row[0] in locked]
             return waiting, flags
         cursor.execute(lock_sql, lock_params)
-        waiting = [_as_uuid(row[0]) for row in cursor.fetchall()]
+        waiting = [as_uuid(row[0]) for row in cursor.fetchall()]
     return waiting, (_edge_flags(using, model, waiting) if waiting else [])
 
 
@@ -353,7 +350,7 @@ def _edge_flags_sql(
 
 
 def _flag_rows(rows: Iterable[Any]) -> list[tuple[uuid.UUID, bool, bool]]:
-    return [(_as_uuid(job_id), bool(is_open), bool(unmet)) for job_id, is_open, unmet in rows]
+    return [(as_uuid(job_id), bool(is_open), bool(unmet)) for job_id, is_open, unmet in rows]
 
 
 def _release(using: str, model: type[Job], ids: list[uuid.UUID]) -> None:
@@ -409,33 +406,19 @@ def workflow_shards(node_count: int) -> int:
     return max(1, min(int(_models().BATCH_COUNTER_SHARDS), node_count))
 
 
-def count_nodes(
-    using: str,
-    ended: Mapping[uuid.UUID, tuple[uuid.UUID, str]],
-    busy: set[uuid.UUID] = frozenset(),  # type: ignore[assignment]
-    sizes: Mapping[uuid.UUID, int] | None = None,
-    *,
-    shards: Mapping[uuid.UUID, int] | None = None,
-) -> None:
-    """Count nodes that finished (id → (workflow, column)), then mark finished workflows.
-
-    ``column`` is "dead" or "cancelled" (by an operator), or "" for the others. A
-    workflow in ``busy`` kept a node this transaction saw unfinished: it is not
-    checked (its row is not locked), which keeps a wide fan-in off the workflow row.
-    ``shards`` (workflow → shard) are the counter rows this transaction wrote
-    already: a workflow's further counts go there, so no other row is locked.
-    """
-    counted = _count_first(using, ended, sizes, shards)
-    finish_workflows(using, set(counted) - busy)
-
-
 def _count_first(
     using: str,
     ended: Mapping[uuid.UUID, tuple[uuid.UUID, str]],
     sizes: Mapping[uuid.UUID, int] | None = None,
     shards: Mapping[uuid.UUID, int] | None = None,
 ) -> dict[uuid.UUID, int]:
-    """Add ``ended`` to their workflows' counters; the shard written, per workflow."""
+    """Add ``ended`` (id → (workflow, column)) to their workflows' counters; the shard
+    written, per workflow.
+
+    ``column`` is "dead" or "cancelled" (by an operator), or "" for the others.
+    ``shards`` (workflow → shard) are the counter rows this transaction wrote
+    already: a workflow's further counts go there, so no other row is locked.
+    """
     m = _models()
     if not ended:
         return {}
