@@ -75,7 +75,12 @@ class _ModelTemplate:
             and field.has_default()
             and callable(field.default)
         ]
-        self.fresh = [(field.attname, field.get_default) for field in fresh]
+        # A ``list``/``dict`` default is called as the type itself (what the field's
+        # ``get_default`` would call), one call less per row.
+        self.fresh = [
+            (field.attname, field.default if field.default in (list, dict) else field.get_default)
+            for field in fresh
+        ]
         self.varying = tuple(field.attname for field in fresh if field.default not in (list, dict))
 
 

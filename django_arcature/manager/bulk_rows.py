@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models.base import ModelState
-
 from django_arcature.enqueueing import RowMaker, uuid7_ints
 
 if TYPE_CHECKING:
@@ -65,9 +63,7 @@ class Chunk:
     def make(self) -> None:
         """This chunk's ``Job`` instances, appended to the call's rows."""
         owner = self.owner
-        maker = owner.maker
-        template = maker.template
-        fresh = owner.fresh
+        make = owner.maker.make
         using = owner.saved_on
         plain = owner.plain
         key = owner.unique_key
@@ -80,24 +76,10 @@ class Chunk:
             _set(job_id, "int", value)  # what UUID(int=value) stores, without its checks
             _set(job_id, "is_safe", _UNKNOWN)
             row_key = keys[index] if keys is not None else key
-            if not plain:
-                append(maker.make(job_id, payload, available_at, created_at, row_key, False))
-                continue
-            values = template.copy()
-            values["id"] = job_id
-            values["payload"] = payload
-            values["available_at"] = available_at
-            values["created_at"] = created_at
-            values["unique_key"] = row_key
-            for attname, default in fresh:
-                values[attname] = default()
-            state = ModelState()
+            row = make(job_id, payload, available_at, created_at, row_key, plain)
             if using is not None:  # as bulk_create leaves them: saved, and on this database
-                state.adding = False
-                state.db = using
-            values["_state"] = state
-            row = owner.model.__new__(owner.model)
-            row.__dict__ = values
+                row._state.adding = False
+                row._state.db = using
             append(row)
 
 
@@ -134,9 +116,6 @@ class BulkRows:
         self.varying = varying
         #: No ``pre_init``/``post_init`` receivers: instances are assembled directly.
         self.plain = maker.plain
-        #: A ``list``/``dict`` default is called as the type itself (what the field's
-        #: ``get_default`` would call), one call less per row.
-        self.fresh = [(name, _direct(default)) for name, default in maker.fresh]
         self.rows: list[Job] = []
         self.saved_on: str | None = None
         #: Checks items ``start`` to ``stop`` (raising what enqueue would), called for
@@ -202,8 +181,3 @@ class BulkRows:
         for chunk in self.chunks(size):
             chunk.make()
         return self.rows
-
-
-def _direct(default: Callable[[], Any]) -> Callable[[], Any]:
-    field_default = getattr(getattr(default, "__self__", None), "default", None)
-    return field_default if field_default in (list, dict) else default
