@@ -470,7 +470,9 @@ class Worker(HandlerThreads):
         self._idle_wait = self._min_poll
         self._last_claim_empty = False
         self.stats.claimed += len(jobs)
-        idle_threads = self._idle_threads()
+        # Counted before this claim's jobs join the in-flight ones; only a claim that
+        # emptied the queue may wait for the hand-off, so a full one skips the scan.
+        idle_threads = self._idle_threads() if len(jobs) < want else 0
         entry = None
         for job in jobs:
             entry = _InFlight(job, self._context_for(job), trace=stamps)
