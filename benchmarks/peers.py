@@ -22,7 +22,15 @@ act is to append its key and a CLOCK_REALTIME stamp to a file of its process
 * **idle pickup**: one idle worker, ``--samples`` jobs one at a time spaced
   0.2-0.4 s apart, from the enqueue call to the handler's stamp (p50, p95); before
   them, the load the idle worker puts on its server (PostgreSQL transactions/s in its
-  database, or Redis commands/s) over ``--idle-seconds``.
+  database, or Redis commands/s) over ``--idle-seconds``. A worker that only polls
+  (django-tasks-db, every 1 s) gets ``--poller-samples`` jobs spaced 0.2 s plus up to
+  one interval, so they fall at every phase of its cycle.
+
+A drain that has not started every job ``--drain-timeout`` seconds after its last
+batch went in is measured on the jobs it ran (said next to its figure), so one slow
+queue cannot hold up the run; ``--timeout`` bounds a contender as a whole. Before it
+starts the script logs an estimate of each contender's time and of the total (from
+the rates of an idle run on a 2-core machine), and each contender's real time after.
 
 Every worker runs at its documented defaults; a worker is ready when it has run a
 probe job (the same test for all), so no figure includes a start-up. Each figure is
@@ -30,6 +38,10 @@ the median of ``--rounds``. For ours also: what an enqueue adds to a request's o
 transaction (p50/p99) and the physical limit of bulk enqueue (``COPY`` of the same
 rows into our table from ``psql``). A contender that fails to install or to run is
 reported with its error; the others still run.
+
+``--readme`` also rewrites the peer table of the top-level README.md (between its
+``peers:begin``/``peers:end`` markers) from the same results, so its figures are
+this run's; ``--render JSON --readme`` does it from saved results.
 """
 
 from __future__ import annotations
@@ -40,9 +52,14 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
+import threading
+import time
 import traceback
+from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +67,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "peers-venv"
 OUT = ROOT / "benchmarks" / "peers.md"
+README = ROOT / "README.md"
+README_BEGIN = "<!-- peers:begin -->"
+README_END = "<!-- peers:end -->"
 
 #: contender -> (adapter module in benchmarks/peerkit, the pip requirements it needs)
 CONTENDERS: dict[str, tuple[str, list[str]]] = {
@@ -70,6 +90,62 @@ FIGURES = [
     ("drain_2", "drain, 2 worker processes", "rate"),
 ]
 POSTGRES_PEERS = {"pgqueuer", "oban", "procrastinate", "django-tasks-db"}
+#: What the README calls each contender, and the package whose version it shows.
+README_LABELS: dict[str, tuple[str, str | None]] = {
+    "arcature": ("django-arcature", None),
+    "pgqueuer": ("pgqueuer {}", "pgqueuer"),
+    "oban": ("Oban for Python {}", "oban"),
+    "procrastinate": ("procrastinate {}", "procrastinate"),
+    "django-tasks-db": ("django-tasks-db {}", "django-tasks-db"),
+    "huey": ("Huey {} on Redis", "huey"),
+}
+
+
+class Expected:
+    """Rough speeds of one contender, for the time estimate only (never reported):
+    from the idle run of 2026-12-02 on a 2-core machine (django-tasks-db's from
+    small runs the same afternoon); a slower machine takes longer."""
+
+    def __init__(
+        self,
+        bulk: float,
+        single: float,
+        drain: float,
+        start: float,
+        poll: float = 0.0,
+        pickup: float = 0.005,
+        extras: float = 0.0,
+    ) -> None:
+        self.bulk = bulk  # jobs/s, bulk enqueue
+        self.single = single  # jobs/s, one by one
+        self.drain = drain  # jobs/s, 2 workers
+        self.start = start  # seconds until a worker process has run its probe job
+        self.poll = poll  # the worker's poll interval, 0 if woken by its server
+        self.pickup = pickup  # seconds, idle pickup
+        self.extras = extras  # seconds per round of the contender's own extra figures
+
+
+EXPECTED: dict[str, Expected] = {
+    "arcature": Expected(29_000, 920, 4_200, 1.5, extras=4.0),
+    "pgqueuer": Expected(30_000, 1_830, 4_800, 1.5),
+    "oban": Expected(4_800, 1_830, 1_700, 2.0),
+    "procrastinate": Expected(10_700, 840, 270, 1.5),
+    "django-tasks-db": Expected(1_300, 650, 80, 2.0, poll=1.0, pickup=0.5),
+    "huey": Expected(7_300, 6_300, 2_300, 1.0),
+}
+
+
+def estimate(name: str, options: argparse.Namespace) -> float:
+    """Seconds ``name`` should take with ``options`` on an idle 2-core machine."""
+    e = EXPECTED[name]
+    samples = min(options.samples, options.poller_samples) if e.poll else options.samples
+    spacing = 0.2 + e.poll / 2 if e.poll else 0.3
+    bulk = sum(options.jobs / e.bulk for batch in (1_000, 10_000) if batch <= options.jobs)
+    drain = 2 * e.start + options.jobs / e.bulk + min(options.jobs / e.drain, options.drain_timeout)
+    pickup = e.start + 1.0 + options.idle_seconds + samples * (spacing + e.pickup)
+    one_round = bulk + options.single / e.single + drain + pickup + e.extras + 2.0  # 2 stops
+    warm_up = min(100, options.single) / e.single + min(1_000, options.jobs) / e.bulk
+    return float(5.0 + warm_up + options.rounds * one_round)  # 5 s: imports, schema, versions
 
 
 def load_average() -> str:
@@ -83,6 +159,11 @@ def child(name: str, options: argparse.Namespace) -> dict[str, Any]:
     import importlib
 
     from benchmarks.peerkit.harness import Harness
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(f"stopped by signal {signum}")  # so the finally below runs
+
+    signal.signal(signal.SIGTERM, stop)
 
     module = importlib.import_module(f"benchmarks.peerkit.{CONTENDERS[name][0]}")
     peer = module.ADAPTER()
@@ -132,21 +213,57 @@ def install(names: list[str]) -> dict[str, str]:
 
 
 def run_contender(name: str, python: str, argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run one contender's child; its stderr (the per-step log) is passed through as it
+    comes. Past ``timeout`` the child gets SIGTERM, which it turns into an exit that
+    stops its workers and servers (they run in sessions of their own, which killing
+    the child alone would leave running), then SIGKILL 60 s later."""
     command = [python, str(Path(__file__).resolve()), "--one", name, *argv]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    try:
-        out = subprocess.run(
-            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired as expired:
-        tail = (expired.stderr or b"")[-2000:]
-        return {"name": name, "error": f"timed out after {timeout:g}s:\n{tail!r}"}
-    sys.stderr.write(out.stderr)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode or not lines:
+    tail: deque[str] = deque(maxlen=60)
+    chunks: list[str] = []
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+
+        def relay() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                tail.append(line)
+
+        def collect() -> None:
+            assert proc.stdout is not None
+            chunks.append(proc.stdout.read())
+
+        readers = [threading.Thread(target=job, daemon=True) for job in (relay, collect)]
+        for reader in readers:
+            reader.start()
+        try:
+            proc.wait(timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for reader in readers:
+            reader.join(30)
+    if timed_out:
         return {
             "name": name,
-            "error": (out.stdout + out.stderr)[-3000:] or f"exit {out.returncode}",
+            "error": f"did not finish in {timeout:g} s (--timeout); its last lines:\n"
+            + "".join(tail)[-2000:],
+        }
+    stdout = "".join(chunks)
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        return {
+            "name": name,
+            "error": (stdout + "".join(tail))[-3000:] or f"exit {proc.returncode}",
         }
     result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     return result
@@ -253,16 +370,102 @@ def busy_warning(loads: list[str]) -> list[str]:
     ]
 
 
+def partial_drain(result: dict[str, Any], jobs: int) -> bool:
+    """Whether a round of this contender's drain timed out (``--drain-timeout``)."""
+    return bool(result.get("drain_done") is not None and result["drain_done"] < jobs)
+
+
+def readme_table(record: dict[str, Any]) -> str:
+    """The README's peer table and its summary, from one run's saved results."""
+    results = [r for r in record["results"] if "error" not in r]
+    jobs = record["options"]["jobs"]
+    day = record["date"].split()[0]
+    times = "\N{MULTIPLICATION SIGN}"
+    ours = next((r for r in results if r["name"] == "arcature"), None)
+    server = (ours or {}).get("versions", {}).get("PostgreSQL", "")
+    postgres_label = f"PostgreSQL {server.split('.')[0]}" if server else "PostgreSQL"
+    intro = (
+        f"Beside other Python queues on {postgres_label} and Huey on Redis, each at its "
+        f"documented defaults, the same no-op job, one run of `benchmarks/peers.py` on {day} "
+        "(this table is written by its `--readme` from the results of the same run as "
+        "[benchmarks/peers.md](benchmarks/peers.md), which has the machine, versions, "
+        "caveats, load average and physical limits):"
+    )
+    lines = [
+        README_BEGIN,
+        textwrap.fill(intro, 88, break_on_hyphens=False, break_long_words=False),
+        "",
+        "| contender | bulk enqueue (batches of 1,000) | enqueue one by one "
+        "| drain, 2 processes | idle pickup p50 |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        label, package = README_LABELS.get(r["name"], (r["label"], None))
+        if package:
+            version = r["versions"].get(package, "")
+            label = label.format(".".join(version.split(".")[:2]))
+        drained = fmt("drain_2", r.get("drain_2"))
+        if partial_drain(r, jobs):
+            drained += f" ({r['drain_done']:,.0f} of {jobs:,} run in time)"
+        lines.append(
+            f"| {label} | {fmt('bulk_1000', r.get('bulk_1000'))} "
+            f"| {fmt('single', r.get('single'))} | {drained} "
+            f"| {fmt('p_ms', r.get('pickup_p50_ms'))} |"
+        )
+    postgres = [r for r in results if r["name"] in POSTGRES_PEERS]
+    huey = [r for r in results if r["name"] == "huey"]
+    said: list[str] = []
+    if ours is not None:
+        drains = []
+        for pool in (huey, postgres):
+            best = best_peer(pool, "drain_2")
+            if best is not None and ours.get("drain_2"):
+                peer = next(r for r in pool if r["label"] == best[0])
+                kept = peer.get("caveats", {}).get("finished jobs", "")
+                why = " (which deletes finished jobs; we keep them)" if "delete" in kept else ""
+                drains.append(
+                    f"{ratio('drain_2', ours['drain_2'], best[1]):.2f}{times} as fast as "
+                    f"{best[0]}{why}"
+                )
+        if drains:
+            said.append("drained " + " and ".join(drains))
+        bulk = []
+        best = best_peer(postgres, "bulk_1000")
+        if best is not None and ours.get("bulk_1000"):
+            bulk.append(f"{ratio('bulk_1000', ours['bulk_1000'], best[1]):.2f}{times} {best[0]}")
+        if ours.get("copy_rate") and ours.get("bulk_1000"):
+            share = ours["bulk_1000"] / ours["copy_rate"]
+            bulk.append(f"{share:.0%} of a `COPY` of the same rows into our table")
+        if bulk:
+            said.append("bulk-enqueued at " + " and ".join(bulk))
+    if said:
+        summary = f"In that run we {', and '.join(said)}."
+        lines += ["", textwrap.fill(summary, 88, break_on_hyphens=False, break_long_words=False)]
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
+def write_readme(path: Path, record: dict[str, Any]) -> None:
+    """Replace the peer table between the markers of ``path`` (README.md)."""
+    text = path.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        raise SystemExit(f"{path} has no {README_BEGIN} ... {README_END} block to rewrite")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    path.write_text(head + readme_table(record) + tail)
+
+
 def report(record: dict[str, Any]) -> str:
     results: list[dict[str, Any]] = record["results"]
-    options = argparse.Namespace(**record["options"])
+    options = argparse.Namespace(**{"poller_samples": None, **record["options"]})
     loads = record["loads"]
     good = [r for r in results if "error" not in r]
+    took = f" ({record['seconds'] / 60:.1f} min)" if "seconds" in record else ""
     lines = [
         "# django-arcature beside other Python job queues",
         "",
-        f"Measured {record['date']} by `benchmarks/peers.py`: {record['machine']}; load "
-        f"average before {loads[0]}, after {loads[1]} (1, 5 and 15 minutes).",
+        f"Measured {record['date']}{took} by `benchmarks/peers.py`: {record['machine']}; "
+        f"load average before {loads[0]}, after {loads[1]} (1, 5 and 15 minutes).",
         "",
         f"    {record['command']}",
         "",
@@ -282,11 +485,14 @@ def report(record: dict[str, Any]) -> str:
     ]
     for r in good:
         idle = r.get("idle_load")
+        drained = fmt("drain_2", r.get("drain_2"))
+        if partial_drain(r, options.jobs):
+            drained += f" ({r['drain_done']:,.0f} of {options.jobs:,} run in time)"
         lines.append(
             f"| {r['label']} | {fmt('bulk_1000', r.get('bulk_1000'))} "
             f"| {fmt('bulk_10000', r.get('bulk_10000'))} "
             f"| {fmt('p_ms', r.get('pickup_p50_ms'))} / {fmt('p_ms', r.get('pickup_p95_ms'))} "
-            f"| {fmt('single', r.get('single'))} | {fmt('drain_2', r.get('drain_2'))} "
+            f"| {fmt('single', r.get('single'))} | {drained} "
             f"| {r['drain_cpu_us']:.0f} µs "
             f"| {'—' if idle is None else f'{idle:.1f} {r["idle_unit"]}'} |"
         )
@@ -325,11 +531,23 @@ def report(record: dict[str, Any]) -> str:
         lines.append(f"**{r['label']}** ({versions})")
         lines.append("")
         if "loads" in r:
+            took = f" ({r['seconds'] / 60:.1f} min)" if "seconds" in r else ""
             lines.append(
-                f"- load average when it started {r['loads'][0]}, at its end {r['loads'][1]}"
+                f"- load average when it started {r['loads'][0]}, at its end {r['loads'][1]}{took}"
             )
         for key, text in r["caveats"].items():
             lines.append(f"- {key}: {text}")
+        if r.get("samples", options.samples) != options.samples:
+            lines.append(
+                f"- pickup samples: {r['samples']} per round (its worker polls: each sample "
+                "waits up to one poll interval), spaced over a whole interval"
+            )
+        if partial_drain(r, options.jobs):
+            lines.append(
+                f"- drain: not every job had started {r['drain_timeout']:g} s after the "
+                f"last batch (`--drain-timeout`); its rate is that of the "
+                f"{r['drain_done']:,.0f} or more it ran in each round, over their own span"
+            )
         lines.append("")
     failed = [r for r in results if "error" in r]
     if failed:
@@ -363,16 +581,40 @@ def report(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+#: ``--quick``: a check that everything runs, in about a third of the time (one round,
+#: fewer pickup and one-by-one jobs) but the same 10,000-job bulk and drain runs.
+QUICK = {"rounds": 1, "samples": 30, "single": 1_000, "idle_seconds": 5.0, "tx_pairs": 300}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", default=",".join(CONTENDERS), help="comma-separated subset")
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs per bulk and drain run")
     parser.add_argument("--single", type=int, default=2_000, help="jobs enqueued one by one")
     parser.add_argument("--samples", type=int, default=60, help="idle pickup samples")
+    parser.add_argument(
+        "--poller-samples",
+        type=int,
+        default=20,
+        help="idle pickup samples at most for a worker that polls (each costs ~1 interval)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds (median of them)")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="idle load window")
     parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds after the last batch before a drain is measured on the jobs it ran",
+    )
+    parser.add_argument(
         "--tx-pairs", type=int, default=1_000, help="ours: transaction pairs per round"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="one round, fewer samples and one-by-one jobs, same bulk and drain "
+        f"(sets {', '.join(f'--{k.replace("_", "-")} {v}' for k, v in QUICK.items())} "
+        "unless given)",
     )
     parser.add_argument(
         "--skip-install", action="store_true", help="use the peers' virtualenv as it is"
@@ -388,40 +630,91 @@ def main() -> None:
     parser.add_argument(
         "--render", metavar="JSON", help="only rewrite the Markdown from a run's saved results"
     )
-    parser.add_argument("--timeout", type=float, default=3600, help="per contender, seconds")
+    parser.add_argument(
+        "--readme",
+        nargs="?",
+        const=str(README),
+        metavar="PATH",
+        help="also rewrite the peer table of README.md (or PATH) from the same results",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        help="per contender, seconds (default: 3 times its estimate plus 5 minutes)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
+    if options.quick:
+        given = {arg.split("=")[0] for arg in argv}
+        for key, value in QUICK.items():
+            if f"--{key.replace('_', '-')}" not in given:
+                setattr(options, key, value)
+    return options
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def main() -> None:
+    options = parse(sys.argv[1:])
     if options.one:
         print("RESULT " + json.dumps(child(options.one, options)), flush=True)
         return
     if options.render:
         record = json.loads(Path(options.render).read_text())
         Path(options.out).write_text(report(record))
+        if options.readme:
+            write_readme(Path(options.readme), record)
         return
     names = [name.strip() for name in options.peers.split(",") if name.strip()]
     unknown = sorted(set(names) - set(CONTENDERS))
     if unknown:
-        parser.error(f"unknown contender(s) {unknown}; known: {', '.join(CONTENDERS)}")
+        sys.exit(f"unknown contender(s) {unknown}; known: {', '.join(CONTENDERS)}")
+    expected = {name: estimate(name, options) for name in names}
+    print(
+        "estimate (idle 2-core machine): "
+        + ", ".join(f"{name} {minutes(seconds)}" for name, seconds in expected.items())
+        + f"; total {minutes(sum(expected.values()))} plus the install",
+        file=sys.stderr,
+        flush=True,
+    )
     failed = {} if options.skip_install else install(names)
     command = shlex.join(
         [os.path.relpath(sys.executable, ROOT), "benchmarks/peers.py", *sys.argv[1:]]
     )
     loads = [load_average()]
     began = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
+    started = time.monotonic()
     passed = [arg for arg in sys.argv[1:] if arg != "--skip-install"]
     results: list[dict[str, Any]] = []
-    for name in names:
+    for index, name in enumerate(names):
         if name in failed:
             results.append({"name": name, "error": failed[name]})
             continue
         python = sys.executable if name == "arcature" else options.peers_python
-        print(f"--- {name}", file=sys.stderr, flush=True)
+        timeout = options.timeout or 3 * expected[name] + 300
+        print(
+            f"--- {name} (estimate {minutes(expected[name])}, limit {minutes(timeout)})",
+            file=sys.stderr,
+            flush=True,
+        )
         started_load = load_average()
+        began_one = time.monotonic()
         try:
-            result = run_contender(name, python, passed, options.timeout)
+            result = run_contender(name, python, passed, timeout)
         except Exception:  # the child could not even start: say so, go on
             result = {"name": name, "error": traceback.format_exc()[-3000:]}
+        took = time.monotonic() - began_one
         result["loads"] = [started_load, load_average()]
+        result["seconds"] = round(took, 1)
+        left = sum(expected[other] for other in names[index + 1 :] if other not in failed)
+        print(
+            f"--- {name} took {minutes(took)} (estimate {minutes(expected[name])}); "
+            f"{minutes(time.monotonic() - started)} so far, about {minutes(left)} to go",
+            file=sys.stderr,
+            flush=True,
+        )
         print(json.dumps(result), flush=True)
         results.append(result)
     loads.append(load_average())
@@ -431,13 +724,19 @@ def main() -> None:
         f"{platform.release()}, Python {platform.python_version()}",
         "command": command,
         "loads": loads,
-        "options": {key: getattr(options, key) for key in ("jobs", "single", "samples", "rounds")},
+        "seconds": round(time.monotonic() - started, 1),
+        "options": {
+            key: getattr(options, key)
+            for key in ("jobs", "single", "samples", "poller_samples", "rounds", "drain_timeout")
+        },
         "results": results,
     }
     out = Path(options.out)
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     text = report(record)
     out.write_text(text)
+    if options.readme:
+        write_readme(Path(options.readme), record)
     print(text)
 
 

@@ -126,6 +126,12 @@ class Peer:
         return None
 
     idle_unit = "transactions/s"
+    #: Seconds between an idle worker's polls at its defaults, for a queue whose
+    #: worker finds new jobs only by polling (0: the server wakes it). Its pickup
+    #: samples are spaced over a whole interval, so they land at every phase of the
+    #: poll cycle, and fewer are taken (``--poller-samples``): each costs about
+    #: 0.2 s plus one interval.
+    poll_interval = 0.0
 
     def extras(self, options: Any) -> dict[str, Any]:
         """Figures only this contender has (ours: in-transaction overhead, COPY)."""
@@ -221,7 +227,12 @@ class Harness:
                 total += (int(fields[11]) + int(fields[12])) / ticks
         return total
 
-    def wait_stamped(self, keys: list[int], timeout: float) -> dict[int, tuple[float, int]]:
+    def wait_stamped(
+        self, keys: list[int], timeout: float, partial: bool = False
+    ) -> dict[int, tuple[float, int]]:
+        """The stamps of ``keys`` once all have one; after ``timeout`` seconds, those in
+        hand if ``partial`` (a slow queue's drain is then measured on the jobs it ran
+        in that time, instead of waiting for the rest), else :class:`PeerFailed`."""
         wanted = set(keys)
         deadline = time.monotonic() + timeout
         while True:
@@ -229,7 +240,10 @@ class Harness:
             if wanted.issubset(seen):
                 return {key: seen[key] for key in keys}
             if time.monotonic() > deadline:
-                missing = len(wanted - set(seen))
+                done = {key: seen[key] for key in keys if key in seen}
+                if partial and len(done) >= 2:
+                    return done
+                missing = len(wanted) - len(done)
                 raise PeerFailed(f"{missing} of {len(keys)} jobs had not started in {timeout:g}s")
             for proc, log in self.workers:
                 if proc.poll() is not None:
@@ -257,9 +271,14 @@ class Harness:
             self.peer.enqueue_one(key)
         return count / (time.perf_counter() - started)
 
-    def drain(self, jobs: int, processes: int) -> dict[str, float]:
+    def drain(self, jobs: int, processes: int, timeout: float) -> dict[str, float]:
         """Jobs/s from the first handler start to the last, ``processes`` idle workers
-        already running; the jobs are enqueued in batches of 1,000 as they would be."""
+        already running; the jobs are enqueued in batches of 1,000 as they would be.
+
+        A queue that has not started every job ``timeout`` seconds after the last
+        batch went in is measured on the jobs it did start (their count over the
+        span of their stamps, the CPU over them), and ``done`` says how many: one
+        slow queue costs a bounded time instead of holding up the whole run."""
         self.peer.clear()
         self.start_workers(processes)
         try:
@@ -267,16 +286,24 @@ class Harness:
             cpu = self.workers_cpu()
             for first in range(0, jobs, 1_000):
                 self.peer.enqueue_batch(keys[first : first + 1_000])
-            stamps = self.wait_stamped(keys, timeout=max(300.0, jobs / 5))
+            stamps = self.wait_stamped(keys, timeout=timeout, partial=True)
             cpu = self.workers_cpu() - cpu
         finally:
             self.stop_workers()
+        done = len(stamps)
         moments = [moment for moment, _ in stamps.values()]
         span = max(max(moments) - min(moments), 1e-6)
-        return {"rate": jobs / span, "cpu_us": cpu * 1e6 / jobs}
+        return {"rate": done / span, "cpu_us": cpu * 1e6 / done, "done": float(done)}
 
     def pickup(self, samples: int) -> dict[str, float | None]:
-        """Enqueue call to handler start, one job at a time into one idle worker."""
+        """Enqueue call to handler start, one job at a time into one idle worker.
+
+        The jobs are spaced 0.2-0.4 s apart; for a polling worker, 0.2 s plus a
+        uniform fraction of its whole interval, so that its figure is its latency
+        at a random moment (about half an interval) rather than at the one phase
+        of its cycle a fixed spacing would keep hitting."""
+        poll = self.peer.poll_interval
+        spacing = (0.2, 0.2 + poll) if poll else (0.2, 0.4)
         self.peer.clear()
         self.start_workers(1)
         latencies: list[float] = []
@@ -290,11 +317,11 @@ class Harness:
                 after = self.peer.idle_counter()
                 idle = (after - before) / window if after is not None else None
             for _ in range(samples):
-                time.sleep(random.uniform(0.2, 0.4))
+                time.sleep(random.uniform(*spacing))
                 key = self.keys(1)[0]
                 called = time.time()
                 self.peer.enqueue_one(key)
-                moment, _ = self.wait_stamped([key], timeout=30)[key]
+                moment, _ = self.wait_stamped([key], timeout=30 + 3 * poll)[key]
                 latencies.append((moment - called) * 1000)
         finally:
             self.stop_workers()
@@ -305,6 +332,12 @@ class Harness:
             "idle_load": idle,
         }
 
+    def samples(self) -> int:
+        """Pickup samples for this contender: ``--poller-samples`` at most for a poller."""
+        if self.peer.poll_interval:
+            return int(min(self.options.samples, self.options.poller_samples))
+        return int(self.options.samples)
+
     def run(self) -> dict[str, Any]:
         options = self.options
         peer = self.peer
@@ -312,30 +345,62 @@ class Harness:
         result["versions"] = {**peer.versions(), "Python": platform.python_version()}
         result["caveats"] = peer.caveats
         result["idle_unit"] = peer.idle_unit
+        result["samples"] = self.samples()
+        result["drain_timeout"] = options.drain_timeout
+        # How long each step took, per round: where a run's time goes (a log line
+        # each as it happens, and peers.json, so the next run's estimate can use them).
+        durations: list[dict[str, float]] = []
+        spent: dict[str, float] = {}
+
+        def step(what: str, began: float) -> None:
+            spent[what] = round(time.monotonic() - began, 1)
+            print(f"{peer.name}: {what} {spent[what]:.1f} s", file=sys.stderr, flush=True)
+
         # Warm-up: connections, first-call imports and caches, outside every timing.
+        began = time.monotonic()
         self.one_by_one(min(100, options.single))
         self.bulk(min(1_000, options.jobs), 1_000)
+        step("warm-up", began)
+        result["warm_up_s"] = spent.pop("warm-up")
         rounds: list[dict[str, Any]] = []
         for index in range(options.rounds):
             measured: dict[str, Any] = {}
             for batch in BATCHES:
                 if batch <= options.jobs:
+                    began = time.monotonic()
                     measured[f"bulk_{batch}"] = self.bulk(options.jobs, batch)
+                    step(f"bulk_{batch}", began)
+            began = time.monotonic()
             measured["single"] = self.one_by_one(options.single)
-            drained = self.drain(options.jobs, 2)
+            step("single", began)
+            began = time.monotonic()
+            drained = self.drain(options.jobs, 2, options.drain_timeout)
+            step("drain", began)
             measured["drain_2"] = drained["rate"]
             measured["drain_cpu_us"] = drained["cpu_us"]
-            picked = self.pickup(options.samples)
+            measured["drain_done"] = drained["done"]
+            began = time.monotonic()
+            picked = self.pickup(self.samples())
+            step("pickup", began)
             measured["pickup_p50_ms"] = picked["p50_ms"]
             measured["pickup_p95_ms"] = picked["p95_ms"]
             measured["idle_load"] = picked["idle_load"]
             rounds.append(measured)
+            durations.append(spent)
+            spent = {}
             print(f"{peer.name} round {index + 1}: {measured}", file=sys.stderr, flush=True)
         result["rounds"] = rounds
         for figure in rounds[0]:
             values = [r[figure] for r in rounds if r[figure] is not None]
             result[figure] = statistics.median(values) if values else None
+        # The fewest jobs any round's drain ran: below --jobs, a drain timed out.
+        result["drain_done"] = min(r["drain_done"] for r in rounds)
+        began = time.monotonic()
         result.update(peer.extras(options))
+        if time.monotonic() - began > 0.5:
+            step("extras", began)
+            result["extras_s"] = spent.pop("extras")
+        result["durations"] = durations
         peer.clear()
         return result
 

@@ -2,6 +2,15 @@
 ``DatabaseBackend``, ``task.enqueue()``, and ``manage.py db_worker`` at its
 defaults (one task at a time, a 1 s poll interval). ``django.tasks`` has no bulk
 call: bulk is ``enqueue()`` in a loop inside one ``transaction.atomic()``.
+
+Its settings are Django's defaults, as ours are (``benchmarks/settings.py``), so
+``CONN_MAX_AGE`` is 0: ``db_worker`` calls ``close_old_connections()`` around
+every task, which then closes the connection, so each task opens a new
+PostgreSQL connection (a backend fork and a SCRAM exchange here): 2,064 sessions
+for about 2,000 jobs in a small run. That, not its poll interval, is what makes
+its drain the slowest figure of the whole run. ``PEERS_TASKS_DB_CONN_MAX_AGE``
+(seconds, or ``none`` for persistent connections) measures it otherwise, and
+the caveats say which was used.
 """
 
 from __future__ import annotations
@@ -30,11 +39,22 @@ class TasksDbPeer(Peer):
         "wake-up": "polls every 1 s (--interval default); no LISTEN/NOTIFY",
         "bulk call": "none in django.tasks: enqueue() in a loop in one transaction",
     }
+    poll_interval = 1.0
 
     def __init__(self) -> None:
         self.db = database_name(self.name)
         os.environ["PEERS_DSN"] = pg_dsn(self.db)
         os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.peerkit.tasks_db_settings"
+        age = os.environ.get("PEERS_TASKS_DB_CONN_MAX_AGE", "")
+        self.caveats = {
+            **self.caveats,
+            "connections": (
+                f"CONN_MAX_AGE={age} (PEERS_TASKS_DB_CONN_MAX_AGE, not Django's default)"
+                if age
+                else "Django's default CONN_MAX_AGE=0, as ours: db_worker closes its "
+                "connection after every task, so each task opens a new one"
+            ),
+        }
 
     def versions(self) -> dict[str, str]:
         return {
@@ -80,6 +100,7 @@ class TasksDbPeer(Peer):
     def worker_env(self) -> dict[str, str]:
         return {
             "PEERS_DSN": os.environ["PEERS_DSN"],
+            "PEERS_TASKS_DB_CONN_MAX_AGE": os.environ.get("PEERS_TASKS_DB_CONN_MAX_AGE", ""),
             "DJANGO_SETTINGS_MODULE": "benchmarks.peerkit.tasks_db_settings",
         }
 
