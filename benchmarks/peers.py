@@ -179,16 +179,38 @@ def child(name: str, options: argparse.Namespace) -> dict[str, Any]:
 # --- in the parent ----------------------------------------------------------------------
 
 
+def ensure_redis_server() -> str | None:
+    """Install Debian's ``redis-server`` if it is not on PATH; -> why not, or None.
+
+    Huey's contender starts its own server on a private port, so only the binary
+    is needed. On a fresh machine the package lists may be empty: ``apt-get
+    update`` once, then the install again. Through ``sudo -n`` when not root."""
+    if shutil.which("redis-server"):
+        return None
+    if shutil.which("apt-get") is None:
+        return "redis-server is missing and there is no apt-get to install it"
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [*sudo, "apt-get", "install", "-y", "-q", "redis-server"]
+    done = subprocess.run(install, capture_output=True, text=True, env=env)
+    if done.returncode:
+        subprocess.run([*sudo, "apt-get", "update", "-q"], capture_output=True, env=env)
+        done = subprocess.run(install, capture_output=True, text=True, env=env)
+    if done.returncode or shutil.which("redis-server") is None:
+        return (
+            "redis-server is missing and apt-get failed:\n" + (done.stderr or done.stdout)[-2000:]
+        )
+    return None
+
+
 def install(names: list[str]) -> dict[str, str]:
     """Create the peers' virtualenv and install what ``names`` need; -> name: error."""
     failed: dict[str, str] = {}
     peers = [name for name in names if name != "arcature"]
-    if "huey" in peers and shutil.which("redis-server") is None:
-        apt = subprocess.run(
-            ["apt-get", "install", "-y", "-q", "redis-server"], capture_output=True, text=True
-        )
-        if apt.returncode:
-            failed["huey"] = "redis-server is missing and apt-get failed:\n" + apt.stderr[-2000:]
+    if "huey" in peers:
+        missing = ensure_redis_server()
+        if missing:
+            failed["huey"] = missing
     if not peers:
         return failed
     if not (VENV / "bin" / "python").exists():
@@ -554,6 +576,13 @@ def report(record: dict[str, Any]) -> str:
         lines += ["## Contenders that did not run", ""]
         for r in failed:
             lines += [f"**{r['name']}**:", "", "```", r["error"].strip(), "```", ""]
+    drain_timeout = record["options"].get("drain_timeout")
+    timed_out = (
+        f" A queue that has not started every job {drain_timeout:g} s after the last "
+        "batch (`--drain-timeout`) is measured on the jobs it started, and says so."
+        if drain_timeout is not None
+        else ""
+    )
     lines += [
         "## How each figure is taken",
         "",
@@ -561,11 +590,13 @@ def report(record: dict[str, Any]) -> str:
         "the queue's tables emptied (TRUNCATE, or FLUSH on Redis) before each run.",
         "- Drain: 2 worker processes started and proven ready (each has run a probe job), "
         "then the jobs enqueued in batches of 1,000; the rate is jobs / (last handler "
-        "stamp - first). Worker CPU is user + system of the worker processes and their "
-        "children over the drain (from /proc).",
+        f"stamp - first).{timed_out} Worker CPU is user + system of the worker "
+        "processes and their children over the drain (from /proc), per job run.",
         "- Idle pickup: 1 ready worker, 1 s to settle, the idle window, then one job at a "
-        "time 0.2-0.4 s apart: the handler's stamp minus the time just before the enqueue "
-        "call. The idle load is `xact_commit + xact_rollback` of the contender's database "
+        "time 0.2-0.4 s apart (a worker that polls: 0.2 s plus up to one poll interval, "
+        "so the samples fall at every phase of its cycle): the handler's stamp minus the "
+        "time just before the enqueue call. The idle load is "
+        "`xact_commit + xact_rollback` of the contender's database "
         "in `pg_stat_database` (statistics reach it within about a second, so it is "
         "approximate) or Redis's `total_commands_processed`.",
         "- Ours, in a request's transaction: pairs of transactions, alternating, each an "
@@ -618,6 +649,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--skip-install", action="store_true", help="use the peers' virtualenv as it is"
+    )
+    parser.add_argument(
+        "--install-only",
+        action="store_true",
+        help="create or update the peers' virtualenv (and redis-server), run nothing",
     )
     parser.add_argument(
         "--peers-python",
@@ -679,6 +715,11 @@ def main() -> None:
         file=sys.stderr,
         flush=True,
     )
+    if options.install_only:
+        failed = install(names)
+        for name, why in failed.items():
+            print(f"{name}: {why}", file=sys.stderr)
+        sys.exit(1 if failed else 0)
     failed = {} if options.skip_install else install(names)
     command = shlex.join(
         [os.path.relpath(sys.executable, ROOT), "benchmarks/peers.py", *sys.argv[1:]]

@@ -289,3 +289,54 @@ def test_the_repository_readme_shows_the_saved_run() -> None:
     text = (ROOT / "README.md").read_text()
     assert peers.readme_table(record) in text
     assert os.path.exists(ROOT / "benchmarks" / "peers.md")
+
+
+def _fake_apt(folder: Path, lists_empty: bool) -> Path:
+    """A stand-in ``apt-get`` (and ``sudo``) on PATH: each call is logged; with empty
+    package lists ``install`` fails until ``update`` ran, as on a fresh machine."""
+    log = folder / "calls"
+    (folder / "apt-get").write_text(
+        textwrap.dedent(
+            f"""\
+            #!/bin/sh
+            echo "$*" >> {log}
+            case "$*" in
+              update*) : > {folder}/updated; exit 0 ;;
+            esac
+            if [ {int(lists_empty)} = 1 ] && [ ! -e {folder}/updated ]; then
+              echo "E: Unable to locate package redis-server" >&2; exit 100
+            fi
+            printf '#!/bin/sh\\n' > {folder}/redis-server
+            /bin/chmod 755 {folder}/redis-server
+            """
+        )
+    )
+    (folder / "sudo").write_text('#!/bin/sh\n[ "$1" = -n ] && shift\nexec "$@"\n')
+    for name in ("apt-get", "sudo"):
+        (folder / name).chmod(0o755)
+    return log
+
+
+def test_redis_server_is_installed_after_an_update_on_a_fresh_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _fake_apt(tmp_path, lists_empty=True)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert peers.ensure_redis_server() is None
+    calls = log.read_text().splitlines()
+    assert [call.split()[0] for call in calls] == ["install", "update", "install"]
+    assert (tmp_path / "redis-server").exists()
+    # Once there, nothing more is installed.
+    assert peers.ensure_redis_server() is None
+    assert len(log.read_text().splitlines()) == 3
+
+
+def test_a_redis_server_that_cannot_be_installed_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_apt(tmp_path, lists_empty=True)
+    (tmp_path / "apt-get").write_text("#!/bin/sh\necho 'E: no network' >&2\nexit 100\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    why = peers.ensure_redis_server()
+    assert why is not None
+    assert "E: no network" in why
