@@ -126,7 +126,7 @@ class Expected:
 
 
 EXPECTED: dict[str, Expected] = {
-    "arcature": Expected(29_000, 920, 4_200, 1.5, extras=4.0),
+    "arcature": Expected(29_000, 920, 4_200, 1.5, extras=6.0),
     "pgqueuer": Expected(30_000, 1_830, 4_800, 1.5),
     "oban": Expected(4_800, 1_830, 1_700, 2.0),
     "procrastinate": Expected(10_700, 840, 270, 1.5),
@@ -707,6 +707,11 @@ def main() -> None:
     unknown = sorted(set(names) - set(CONTENDERS))
     if unknown:
         sys.exit(f"unknown contender(s) {unknown}; known: {', '.join(CONTENDERS)}")
+    if options.install_only:
+        failed = install(names)
+        for name, why in failed.items():
+            print(f"{name}: {why}", file=sys.stderr)
+        sys.exit(1 if failed else 0)
     expected = {name: estimate(name, options) for name in names}
     print(
         "estimate (idle 2-core machine): "
@@ -715,11 +720,6 @@ def main() -> None:
         file=sys.stderr,
         flush=True,
     )
-    if options.install_only:
-        failed = install(names)
-        for name, why in failed.items():
-            print(f"{name}: {why}", file=sys.stderr)
-        sys.exit(1 if failed else 0)
     failed = {} if options.skip_install else install(names)
     command = shlex.join(
         [os.path.relpath(sys.executable, ROOT), "benchmarks/peers.py", *sys.argv[1:]]
