@@ -348,7 +348,8 @@ class Harness:
         result["samples"] = self.samples()
         result["drain_timeout"] = options.drain_timeout
         # How long each step took, per round: where a run's time goes (a log line
-        # each as it happens, and peers.json, so the next run's estimate can use them).
+        # each as it happens, and in peers.json), to check peers.py's EXPECTED speeds
+        # that its time estimate comes from.
         durations: list[dict[str, float]] = []
         spent: dict[str, float] = {}
 
