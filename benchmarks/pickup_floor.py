@@ -105,9 +105,7 @@ def create_table(url: str) -> None:
             "status varchar(16) NOT NULL, KEY (status, id)) ENGINE=InnoDB",
         )
     else:
-        _execute(
-            conn, "CREATE TABLE pickup_floor (id integer PRIMARY KEY, status text NOT NULL)"
-        )
+        _execute(conn, "CREATE TABLE pickup_floor (id integer PRIMARY KEY, status text NOT NULL)")
     if vendor != "mysql":
         _execute(conn, "CREATE INDEX pickup_floor_status ON pickup_floor (status, id)")
     conn.close()
@@ -184,7 +182,8 @@ def floor_run(url: str, samples: int, relaxed: bool) -> dict[str, float]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout is not None
+    assert child.stdin is not None
     if child.stdout.readline().strip() != "READY":
         raise SystemExit("the floor's consumer did not start")
     producer = _connect(url)
@@ -247,6 +246,24 @@ def commit_cost(url: str, count: int) -> dict[str, float]:
     out["select_1_ms"] = statistics.median(times)
     conn.close()
     return out
+
+
+def measure(url: str, samples: int) -> dict[str, float]:
+    """One floor measurement, flat (for ``benchmarks/pickup.py --floor``), in milliseconds.
+
+    ``pickup_ms`` and its steps are the floor with the claim committed as ours is (relaxed on
+    PostgreSQL, where ``pickup_sync_claim_ms`` is the floor with the claim's WAL flush);
+    ``commit_*`` the one-row commit alone; ``select_1_ms`` a bare round trip.
+    """
+    relaxed = _vendor(url) == "postgres"
+    run = floor_run(url, samples, relaxed=relaxed)
+    names = {"floor": "pickup", "commit": "commit", "delivery": "delivery"}
+    flat = {f"{names.get(key, key)}_ms": value for key, value in run.items() if key != "samples"}
+    if relaxed:
+        flat["pickup_sync_claim_ms"] = floor_run(url, samples, relaxed=False)["floor"]
+    for key, value in commit_cost(url, samples).items():
+        flat[key] = value
+    return flat
 
 
 def main() -> None:
