@@ -65,7 +65,13 @@ def child(db: str, runs: int, samples: int, floor: bool = False) -> dict[str, An
         "load_before": load_before,
         "load_after": load_average(),
     }
-    for key in ("pickup_p50_ms", "pickup_commit_p50_ms", "pickup_handler_p50_ms"):
+    for key in (
+        "pickup_p50_ms",
+        "pickup_commit_p50_ms",
+        "pickup_handler_p50_ms",
+        "pickup_worker_cpu_us",
+        "pickup_server_cpu_us",
+    ):
         values = [r[key] for r in results if key in r]
         if values:
             merged[key] = statistics.median(values)
