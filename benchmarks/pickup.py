@@ -10,6 +10,11 @@ each step of the break-down, with the load average before and after: on a
 shared machine, compare only figures taken under the same load. Like
 ``benchmarks/run.py``, it uses the database ``ARCATURE_BENCH_DB_NAME``
 (default ``arcature_worker_bench``), whose job table it empties.
+
+``--floor`` runs ``benchmarks/pickup_floor.py``'s measurement after each of our
+runs, in the same process, so each pair is taken under the same load: the
+physical floor (another client's INSERT and wake-up to a one-statement claim,
+no queue code) beside our figure, and the commit with and without the WAL flush.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child(db: str, runs: int, samples: int) -> dict[str, Any]:
+def child(db: str, runs: int, samples: int, floor: bool = False) -> dict[str, Any]:
     from benchmarks.run import URLS, ensure_database, load_average
 
     os.environ["DATABASE_URL"] = URLS[db]
@@ -42,7 +47,16 @@ def child(db: str, runs: int, samples: int) -> dict[str, Any]:
     call_command("migrate", verbosity=0)
     load_before = load_average()
     bench = Bench(db, argparse.Namespace()).measure
-    results = [bench.pickup(samples) for _ in range(runs)]
+    results = []
+    floors: list[dict[str, Any]] = []
+    if floor:
+        from benchmarks import pickup_floor
+
+        pickup_floor.create_table(URLS[db])
+    for _ in range(runs):
+        results.append(bench.pickup(samples))
+        if floor:  # right after ours: the same load, interleaved
+            floors.append(pickup_floor.measure(URLS[db], samples))
     bench.clear()
     merged: dict[str, Any] = {
         "db": db,
@@ -51,7 +65,13 @@ def child(db: str, runs: int, samples: int) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": load_average(),
     }
-    for key in ("pickup_p50_ms", "pickup_commit_p50_ms", "pickup_handler_p50_ms"):
+    for key in (
+        "pickup_p50_ms",
+        "pickup_commit_p50_ms",
+        "pickup_handler_p50_ms",
+        "pickup_worker_cpu_us",
+        "pickup_server_cpu_us",
+    ):
         values = [r[key] for r in results if key in r]
         if values:
             merged[key] = statistics.median(values)
@@ -62,6 +82,18 @@ def child(db: str, runs: int, samples: int) -> dict[str, Any]:
             steps.setdefault(name, []).append(ms)
     merged["steps_p50_ms"] = {name: statistics.median(v) for name, v in steps.items()}
     merged["woken"] = [r.get("pickup_breakdown", {}).get("woken") for r in results]
+    started = [
+        r["pickup_breakdown"]["claim_started_db_p50_ms"]
+        for r in results
+        if "claim_started_db_p50_ms" in r.get("pickup_breakdown", {})
+    ]
+    if started:
+        merged["claim_started_db_p50_ms"] = statistics.median(started)
+    if floors:
+        merged["floor"] = {
+            key: statistics.median(f[key] for f in floors) for key in floors[0] if key != "runs"
+        }
+        merged["floor"]["runs"] = floors
     return merged
 
 
@@ -70,10 +102,15 @@ def main() -> None:
     parser.add_argument("--db", default="postgres,mysql,sqlite", help="comma-separated list")
     parser.add_argument("--runs", type=int, default=5, help="pickup runs per database")
     parser.add_argument("--samples", type=int, default=40, help="jobs per run")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="after each run, the physical floor without the queue (benchmarks/pickup_floor.py)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
-        result = child(options.one, options.runs, options.samples)
+        result = child(options.one, options.runs, options.samples, options.floor)
         print("RESULT " + json.dumps(result), flush=True)
         return
     for db in options.db.split(","):

@@ -439,6 +439,29 @@ class Bench:
             found[pid] = seconds
         return found if found or not pids else None
 
+    def _pickup_cpu(
+        self,
+        cpu_before: float | None,
+        server_before: dict[int, float] | None,
+        samples: int,
+        started: float,
+    ) -> dict[str, float]:
+        """CPU per idle pickup, in microseconds: the worker's, and PostgreSQL's backends'.
+
+        Over the whole sampling, so the idle loop's own wake-ups between the samples
+        (its polls, heartbeats, the listener's timeouts) are counted in: a figure to
+        compare worker variants by, steadier than the latency on a busy machine.
+        ``pickup_seconds`` says how long that was.
+        """
+        found: dict[str, float] = {"pickup_seconds": time.monotonic() - started}
+        cpu_after, server_after = self._workers_cpu(), self._server_cpu()
+        if cpu_before is not None and cpu_after is not None:
+            found["pickup_worker_cpu_us"] = (cpu_after - cpu_before) * 1e6 / samples
+        if server_before is not None and server_after:
+            spent = sum(t - server_before.get(pid, 0.0) for pid, t in server_after.items())
+            found["pickup_server_cpu_us"] = spent * 1e6 / samples
+        return found
+
     def pickup(self, samples: int, settle: float = 1.0) -> dict[str, Any]:
         """Idle pickup latency in milliseconds: p50/p95 from the enqueue call and its commit,
         to the claim's ``started_at`` (the database's clock) and to the handler thread's start,
@@ -464,6 +487,8 @@ class Bench:
 
         try:
             time.sleep(settle)  # let the worker settle into its idle wait
+            cpu_before, server_before = self._workers_cpu(), self._server_cpu()
+            sampling_started = time.monotonic()
             with connections[self.using].execute_wrapper(stamp_sql):
                 for _ in range(samples):
                     self._check_stop()
@@ -478,6 +503,7 @@ class Bench:
                     committed = statement[1] if len(statement) > 1 else after
                     enqueued.append(EnqueueStamps(pk, before, sent, committed, after))
             self.wait_drained()
+            cpu = self._pickup_cpu(cpu_before, server_before, samples, sampling_started)
         finally:
             self.stop_workers()
         try:
@@ -497,6 +523,7 @@ class Bench:
             "pickup_commit_p50_ms": statistics.median(from_commit),
             "pickup_commit_p95_ms": percentile(from_commit, 95),
         }
+        results.update(cpu)
         breakdown = pickup_breakdown(enqueued, traced, started)
         if breakdown:
             results["pickup_handler_p50_ms"] = breakdown.pop("handler_p50_ms")
