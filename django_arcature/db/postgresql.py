@@ -141,10 +141,10 @@ class PostgreSQLDriver(Driver):
         per row is about the client's): making each chunk's right after its text
         held the next chunk back, and the server was left with a backlog when the
         last instance was made. The COPY is ended (and the server's last rows
-        awaited) only after every instance is made. Any error
-        on the way, ours or the server's, aborts the COPY (psycopg sends
-        ``CopyFail``) inside the caller's atomic block: nothing is written. Rows a
-        ``post_init`` receiver may change, and psycopg2, go the long way.
+        awaited) only after every instance is made. Any error on the way, ours or
+        the server's, aborts the COPY (psycopg sends ``CopyFail``) inside the
+        caller's atomic block: nothing is written. Rows a ``post_init`` receiver may
+        change, and psycopg2, go the long way.
         """
         if not (_has_copy_from_python() and bulk.streamable):
             return super().stream_rows(model, bulk, batch_size)

@@ -1,6 +1,6 @@
-"""``enqueue_many`` while its rows stream: PostgreSQL sends a chunk of COPY text and
-makes that chunk's ``Job`` instances while the server works on it, so a failure can
-come after some rows have gone out. Every database runs these: whichever path it
+"""``enqueue_many`` while its rows stream: PostgreSQL sends the COPY text a chunk at a
+time and makes the ``Job`` instances while the server works on the rows, so a failure
+can come after some rows have gone out. Every database runs these: whichever path it
 takes, a batch is all or nothing, reports the error one-by-one enqueue would, and
 keeps no more than the rows it returns in memory.
 """
