@@ -22,8 +22,10 @@ Besides the rates: the server's CPU for our rows (the backend's ``utime + stime`
 from ``/proc/<pid>/stat``, per 1,000 rows), this process's CPU per 1,000 rows, and
 with ``--profile`` a cProfile of one round of ours. ``--ablate`` instead loads the
 same rows with ``psql`` into copies of our table that each lack one index, the
-CHECK constraints or the NOTIFY trigger, and reports what each costs per 1,000 rows:
-as ``psql``'s wall time and as the server backend's CPU for the same COPY.
+CHECK constraints or the NOTIFY trigger (or has ``arcature_finished_idx`` full, as
+before migration 0020, or the unique key as a partial unique index), and reports
+what each costs per 1,000 rows: as ``psql``'s wall time and as the server backend's
+CPU for the same COPY.
 """
 
 from __future__ import annotations
@@ -237,6 +239,19 @@ def ablation(ours: Ours, jobs: int, rounds: int) -> list[dict[str, Any]]:
         for name in uniques:
             variants[f"without unique constraint {name}"] = (
                 f"ALTER TABLE {ours.table} DROP CONSTRAINT {name};"
+            )
+        if "arcature_finished_idx" in indexes:
+            # What migration 0020 bought: the index as it was, pending rows included.
+            variants["arcature_finished_idx full (as before 0020)"] = (
+                "DROP INDEX arcature_finished_idx;"
+                f"CREATE INDEX arcature_finished_idx ON {ours.table} (status, finished_at);"
+            )
+        for name in uniques:
+            # The candidate left alone: NULL keys (every row without one) out of the index.
+            variants[f"{name} as a partial unique index (no NULL keys)"] = (
+                f"ALTER TABLE {ours.table} DROP CONSTRAINT {name};"
+                f"CREATE UNIQUE INDEX {name} ON {ours.table} (unique_key) "
+                "WHERE unique_key IS NOT NULL;"
             )
         checks = [name for name in constraints if name not in uniques]
         variants["without the CHECK constraints"] = "".join(

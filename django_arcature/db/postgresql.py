@@ -136,12 +136,15 @@ class PostgreSQLDriver(Driver):
 
         Each chunk's text is rendered from its values (:class:`.copy_text.ChunkText`)
         and written to the stream; the server parses and indexes it while this
-        process makes that chunk's ``Job`` instances and renders the next one, so
-        the two sides work at once instead of one after the other. The COPY is
-        ended (and the server's last rows awaited) only after every instance is
-        made. Any error on the way, ours or the server's, aborts the COPY (psycopg
-        sends ``CopyFail``) inside the caller's atomic block: nothing is written.
-        Rows a ``post_init`` receiver may change, and psycopg2, go the long way.
+        process renders the next chunk. Only once every chunk has been sent are the
+        ``Job`` instances made, while the server is still storing the rows (its work
+        per row is about the client's): making each chunk's right after its text
+        held the next chunk back, and the server was left with a backlog when the
+        last instance was made. The COPY is ended (and the server's last rows
+        awaited) only after every instance is made. Any error on the way, ours or
+        the server's, aborts the COPY (psycopg sends ``CopyFail``) inside the
+        caller's atomic block: nothing is written. Rows a ``post_init`` receiver may
+        change, and psycopg2, go the long way.
         """
         if not (_has_copy_from_python() and bulk.streamable):
             return super().stream_rows(model, bulk, batch_size)
@@ -155,9 +158,12 @@ class PostgreSQLDriver(Driver):
                 connection.wrap_database_errors,
                 raw.copy(f"COPY {table} ({columns}) FROM STDIN") as stream,
             ):
+                sent = []
                 for chunk in bulk.chunks(_rows_per_write(len(bulk)), saved_on=self.using):
                     stream.write(text.text(chunk))
-                    chunk.make()  # while the server works on what was just sent
+                    sent.append(chunk)
+                for chunk in sent:
+                    chunk.make()  # while the server stores what was sent
         return bulk.rows
 
     def estimate_rows(self, sql: str, params: Sequence[Any]) -> int | None:

@@ -4,9 +4,9 @@ A bulk enqueue used to make every row a ``Job`` instance, then turn the
 instances into COPY text, then send it, and only then did the server start its
 own work: client and server ran one after the other. Here the rows of a chunk
 exist first as plain values (id, payload, times), which is all the COPY text
-needs; a driver that streams (PostgreSQL) sends a chunk's text and then makes
-that chunk's ``Job`` instances (:meth:`Chunk.make`) while the server is parsing
-and indexing it. Everywhere else the chunks are made into instances first and
+needs; a driver that streams (PostgreSQL) sends every chunk's text and then makes
+the ``Job`` instances (:meth:`Chunk.make`) while the server is still parsing and
+indexing the rows. Everywhere else the chunks are made into instances first and
 inserted as before (:meth:`BulkRows.all`).
 
 The values of a row are exactly what its instance holds, so what is sent and

@@ -116,3 +116,26 @@ def test_a_row_the_database_refuses_mid_batch_leaves_nothing_written(
     assert [j.pk for j in announced] == [kept.pk]
     items[4000] = (4000,)
     assert len(echo.enqueue_many(items)) == 5000  # and the connection too
+
+
+def test_payloads_of_every_kind_read_back_as_given_in_any_chunk() -> None:
+    """Large floats (written in full, so PostgreSQL's jsonb keeps them floats), text
+    COPY would read as markup, non-ASCII and nesting: a chunk of each alone, then all
+    of them mixed, each read back as the value given and of the same type."""
+    kinds: list[Any] = [
+        1e16,
+        [2.5e300, -1e22],
+        "a\\tb\t\n\r\\N é 😀",
+        {"k\\": {"ü": [None, True, 2**62]}},
+        0.1 + 0.2,
+    ]
+    items: list[Any] = []
+    for kind in kinds:
+        items += [(kind, index) for index in range(300)]  # whole chunks of one kind
+    items += [(kinds[index % len(kinds)], index) for index in range(300)]
+    jobs = echo.enqueue_many(items)
+    stored = dict(Job.objects.values_list("pk", "payload"))
+    for row, (value, index) in zip(jobs, items, strict=True):
+        back, back_index = stored[row.pk]["args"]
+        assert (back, back_index) == (value, index)
+        assert repr(back) == repr(value)  # 1e16 stays a float, not 10000000000000000

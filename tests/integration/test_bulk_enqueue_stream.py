@@ -1,6 +1,6 @@
-"""``enqueue_many`` while its rows stream: PostgreSQL sends a chunk of COPY text and
-makes that chunk's ``Job`` instances while the server works on it, so a failure can
-come after some rows have gone out. Every database runs these: whichever path it
+"""``enqueue_many`` while its rows stream: PostgreSQL sends the COPY text a chunk at a
+time and makes the ``Job`` instances while the server works on the rows, so a failure
+can come after some rows have gone out. Every database runs these: whichever path it
 takes, a batch is all or nothing, reports the error one-by-one enqueue would, and
 keeps no more than the rows it returns in memory.
 """
@@ -8,11 +8,12 @@ keeps no more than the rows it returns in memory.
 from __future__ import annotations
 
 import gc
+import time
 import tracemalloc
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
 from django_arcature import MalformedPayload, job
 from django_arcature.manager import bulk_rows
@@ -111,3 +112,42 @@ def test_a_huge_batch_keeps_no_copies_of_its_rows_beside_the_result() -> None:
     # A second copy of every payload as text alone would be count * ~230 bytes.
     assert transient < count * 230, (transient, kept)
     assert transient < kept / 8, (transient, kept)
+
+
+@pytest.mark.only_on("postgresql", reason="the streamed COPY is PostgreSQL's")
+def test_every_row_reaches_the_server_before_the_instances_are_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server stores the rows while the instances are made: when the first one is
+    made, every row has been sent, none left in the client's buffers (the server's
+    ``pg_stat_progress_copy`` counts them all before the COPY is ended)."""
+    import psycopg
+
+    count = 3000
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    made = bulk_rows.Chunk.make
+    seen: list[int | None] = []
+
+    def watch(self: bulk_rows.Chunk) -> None:
+        if not seen:
+            with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+                deadline = time.monotonic() + 10  # a wait for the rows, not a speed limit
+                while True:
+                    row = other.execute(
+                        "SELECT tuples_processed FROM pg_stat_progress_copy WHERE pid = %s",
+                        [pid],
+                    ).fetchone()
+                    processed = None if row is None else int(row[0])
+                    if processed == count or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
+            seen.append(processed)
+        made(self)
+
+    monkeypatch.setattr(bulk_rows.Chunk, "make", watch)
+    jobs = echo.enqueue_many([(i,) for i in range(count)])
+    assert seen == [count]
+    assert [job.payload["args"] for job in jobs] == [[i] for i in range(count)]
+    assert Job.objects.count() == count

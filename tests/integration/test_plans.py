@@ -19,11 +19,13 @@ Not timed: a plan that collapses fails here on any machine.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from django_arcature.db import ClaimedJob
 from django_arcature.managers import Completion
@@ -249,6 +251,64 @@ def test_postgresql_claim_and_sweep_indexes_hold_live_rows_only() -> None:
     finally:
         call_command("migrate", "django_arcature", verbosity=0)
     assert definitions() == partial
+
+
+@pytest.mark.only_on("postgresql", reason="partial indexes are PostgreSQL's (migration 0020)")
+def test_postgresql_finished_index_leaves_pending_rows_out(make_jobs: MakeJobs) -> None:
+    """0020: ``arcature_finished_idx`` holds the rows that finished or are not pending;
+    reversing the migration gives back the full index, and re-applying it the partial."""
+    from django.core.management import call_command
+    from django.db.migrations.loader import MigrationLoader
+
+    def definition() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = %s "
+                "AND indexname = 'arcature_finished_idx'",
+                [TABLE],
+            )
+            (row,) = cursor.fetchall()
+        return str(row[0])
+
+    def entries() -> int:
+        """The index's entries, as an index-only count over all of it."""
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+            sql = (
+                f"SELECT COUNT(*) FROM {TABLE} WHERE finished_at IS NOT NULL OR status <> 'pending'"
+            )
+            cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
+            plan = cursor.fetchone()[0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            assert any(
+                node.get("Index Name") == "arcature_finished_idx" for node in pg_nodes(plan)
+            ), plan
+            cursor.execute(sql)
+            return int(cursor.fetchone()[0])
+
+    partial = definition()
+    assert "WHERE ((finished_at IS NOT NULL) OR ((status)::text <> 'pending'::text))" in partial
+    make_jobs(5)
+    Job.objects.filter(pk__in=list(Job.objects.values_list("pk", flat=True)[:2])).update(
+        status="cancelled", finished_at=timezone.now()
+    )
+    assert entries() == 2  # the three pending rows wrote none
+    loader = MigrationLoader(connection)
+    (mine,) = (
+        migration
+        for (app, name), migration in loader.disk_migrations.items()
+        if app == "django_arcature" and name.endswith("_postgresql_finished_idx_partial")
+    )
+    (before,) = mine.dependencies
+    try:
+        call_command("migrate", *before, verbosity=0)
+        full = definition()
+        assert "WHERE" not in full, full
+        assert full.endswith("(status, finished_at)"), full
+    finally:
+        call_command("migrate", "django_arcature", verbosity=0)
+    assert definition() == partial
 
 
 @pytest.mark.only_on("postgresql", reason="the sweep index without the lease is 0008's")
