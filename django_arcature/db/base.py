@@ -125,6 +125,14 @@ class Driver:
         """
         raise NotImplementedError
 
+    def complete_batch_members(
+        self, model: Any, rows: Sequence[CompletionRow], members: tuple[str, str]
+    ) -> tuple[set[uuid.UUID], set[uuid.UUID] | None]:
+        """:meth:`complete_batch`, and which changed jobs have a row in ``members``
+        (table, job id column), or None where the statement cannot say: the caller
+        then looks them up itself. Lets a batch of plain jobs skip that look-up."""
+        return self.complete_batch(model, rows), None
+
     # --- unique keys ----------------------------------------------------------------------
 
     def one_inserter_per_key(self, key: str) -> AbstractContextManager[None]:

@@ -24,6 +24,11 @@ from .base import CompletionRow, driver_class
 from .claimed import as_uuid
 from .clock import DatabaseNow, now_sql
 
+#: A table whose rows name jobs that take part in something their completion must
+#: settle, and its column holding the job's id: (table, column), unquoted. The
+#: completion's ``RETURNING`` says of each changed job whether it has such a row.
+MemberTable = tuple[str, str]
+
 
 @dataclass
 class BatchParts:
@@ -122,7 +127,12 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def update_from_values(
-    connection: BaseDatabaseWrapper, model: Any, rows: Sequence[CompletionRow], *, typed: bool
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    rows: Sequence[CompletionRow],
+    *,
+    typed: bool,
+    members: MemberTable | None = None,
 ) -> set[uuid.UUID]:
     """``UPDATE … FROM (VALUES …) … RETURNING id``: SQLite's batched write, and
     PostgreSQL's for a batch :func:`update_from_json` cannot carry.
@@ -132,8 +142,19 @@ def update_from_values(
     a status index, walking every running row, whenever statistics taken while
     nothing ran called that cheap; joined, the rows are found by primary key. The
     list is a MATERIALIZED CTE because a one-row ``VALUES`` would otherwise be
-    folded back into constants.
+    folded back into constants. With ``members``, see :func:`update_from_json_members`.
     """
+    return _changed(_values_rows(connection, model, rows, typed=typed, members=members))
+
+
+def _values_rows(
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    rows: Sequence[CompletionRow],
+    *,
+    typed: bool,
+    members: MemberTable | None,
+) -> list[tuple[Any, ...]]:
     qn = connection.ops.quote_name
     parts = batch_parts(connection, model, rows, typed_placeholders=typed, status_column=True)
     values_sql = ", ".join([f"({', '.join(parts.row_placeholders)})"] * len(rows))
@@ -145,11 +166,32 @@ def update_from_values(
         f"WHERE {table}.{qn('id')} = v.{qn('arcature_id')} "
         f"AND {table}.{qn('claim_token')} = v.{qn('arcature_token')} "
         f"AND {table}.{qn('status')} = v.{qn('arcature_status')} "
-        f"RETURNING {table}.{qn('id')}"
+        f"RETURNING {_returning(connection, table, members)}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*parts.flat_row_params(), *parts.shared_params])
-        return {as_uuid(row[0]) for row in cursor.fetchall()}
+        return list(cursor.fetchall())
+
+
+def _returning(connection: BaseDatabaseWrapper, table: str, members: MemberTable | None) -> str:
+    """The ``RETURNING`` list: the id, and with ``members`` whether the job is one."""
+    qn = connection.ops.quote_name
+    job_id = f"{table}.{qn('id')}"
+    if members is None:
+        return job_id
+    member_table, column = members
+    return (
+        f"{job_id}, EXISTS (SELECT 1 FROM {qn(member_table)} AS arcature_m "
+        f"WHERE arcature_m.{qn(column)} = {job_id})"
+    )
+
+
+def _changed(rows: Sequence[Sequence[Any]]) -> set[uuid.UUID]:
+    return {as_uuid(row[0]) for row in rows}
+
+
+def _members(rows: Sequence[Sequence[Any]]) -> set[uuid.UUID]:
+    return {as_uuid(row[0]) for row in rows if row[1]}
 
 
 # --- PostgreSQL: the rows as one JSON parameter --------------------------------------------
@@ -190,17 +232,49 @@ def update_from_json(
     rest as the field prepares them; a value of any other kind (an expression, bytes,
     a non-finite float) sends the batch through :func:`update_from_values` instead.
     """
+    return _changed(_json_rows(connection, model, rows, None))
+
+
+def update_from_json_members(
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    rows: Sequence[CompletionRow],
+    members: MemberTable,
+) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+    """:func:`update_from_json`, also saying which changed jobs have a row in ``members``.
+
+    Why: a completion settles a workflow's or a batch's dependents, and a plain job
+    (most of a drain) has none to settle. Asking in the same statement, one index
+    probe per changed row in its ``RETURNING``, spares every batch of plain jobs the
+    separate round trip, and its ORM query, that looked the ids up. A member row is
+    written in the transaction that inserts its job (``manager.workflow_writes``),
+    so it is there, committed, before the job can be claimed: the probe, on the
+    statement's snapshot, sees every member a later lookup would.
+    """
+    found = _json_rows(connection, model, rows, members)
+    return _changed(found), _members(found)
+
+
+def _json_rows(
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    rows: Sequence[CompletionRow],
+    members: MemberTable | None,
+) -> list[tuple[Any, ...]]:
     try:
-        sql, params = _json_statement(connection, model, rows)
+        sql, params = _json_statement(connection, model, rows, members)
     except _NotPlain:
-        return update_from_values(connection, model, rows, typed=True)
+        return _values_rows(connection, model, rows, typed=True, members=members)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return {as_uuid(row[0]) for row in cursor.fetchall()}
+        return list(cursor.fetchall())
 
 
 def _json_statement(
-    connection: BaseDatabaseWrapper, model: Any, rows: Sequence[CompletionRow]
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    rows: Sequence[CompletionRow],
+    members: MemberTable | None = None,
 ) -> tuple[str, list[Any]]:
     meta = model._meta
     first_fields = rows[0][2]
@@ -231,16 +305,18 @@ def _json_statement(
             how = _SCALAR
         shape.append((name, how, 0.0))
         varying.append((name, how, field))
-    key = (meta.db_table, tuple(shape))
+    key = (meta.db_table, tuple(shape), members)
     sql = _JSON_STATEMENTS.get(key)
     if sql is None:
         if len(_JSON_STATEMENTS) >= _MAX_STATEMENTS:  # never reached by the transitions
             _JSON_STATEMENTS.clear()
-        sql = _JSON_STATEMENTS[key] = _build_json_sql(connection, model, shape)
+        sql = _JSON_STATEMENTS[key] = _build_json_sql(connection, model, shape, members)
+    # UUIDs as their 32 hex digits, which PostgreSQL's uuid input takes as it takes the
+    # hyphenated form: ``.hex`` costs a third of ``str()``, twice a row.
     document = [
         [
-            str(job_id),
-            str(token),
+            as_uuid(job_id).hex,
+            as_uuid(token).hex,
             "running",
             *[_json_value(connection, how, field, fields[name]) for name, how, field in varying],
         ]
@@ -250,7 +326,10 @@ def _json_statement(
 
 
 def _build_json_sql(
-    connection: BaseDatabaseWrapper, model: Any, shape: Sequence[tuple[str, str, float]]
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    shape: Sequence[tuple[str, str, float]],
+    members: MemberTable | None = None,
 ) -> str:
     """The statement of one shape; the rows come as ``[[id, token, value, …], …]``."""
     qn = connection.ops.quote_name
@@ -297,7 +376,7 @@ def _build_json_sql(
         f"WHERE {table}.{qn('id')} = v.arcature_id "
         f"AND {table}.{qn('claim_token')} = v.arcature_token "
         f"AND {table}.{qn('status')} = v.arcature_status "
-        f"RETURNING {table}.{qn('id')}"
+        f"RETURNING {_returning(connection, table, members)}"
     )
 
 

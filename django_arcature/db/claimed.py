@@ -72,6 +72,12 @@ TEXT_COLUMNS = frozenset(
 )
 JSON_COLUMNS = frozenset({"payload", "attempt_log", "trace_context"})
 _OPTIONAL_COLUMNS = frozenset({"trace_context"})
+#: (position, column, holds JSON, optional) of each text column of a claimed row.
+_TEXT_AT = tuple(
+    (index, column, column in JSON_COLUMNS, column in _OPTIONAL_COLUMNS)
+    for index, column in enumerate(CLAIM_COLUMNS)
+    if column in TEXT_COLUMNS
+)
 
 
 def as_uuid(value: object) -> uuid.UUID:
@@ -89,8 +95,17 @@ def _as_datetime(value: object) -> datetime | None:
     return moment
 
 
+#: The texts most claimed rows carry in their JSON columns (no attempt log yet, no
+#: trace context), decoded without the parser: a fresh object each time, as
+#: ``json.loads`` would give, since the caller may change it.
+_EMPTY_JSON: dict[str, type[dict[str, Any]] | type[list[Any]]] = {"{}": dict, "[]": list}
+
+
 def _as_json(value: object) -> Any:
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    if isinstance(value, str):
+        empty = _EMPTY_JSON.get(value)
+        return empty() if empty is not None else json.loads(value)
+    return json.loads(value) if isinstance(value, bytes) else value
 
 
 class _Unreadable(ValueError):
@@ -139,15 +154,17 @@ def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> Claim
     token = as_uuid(values["claim_token"])
     problems: list[str] = []
     decoded: dict[str, Any] = {}
-    for column in CLAIM_COLUMNS:
-        if column not in TEXT_COLUMNS:
-            continue
+    # Once per claimed row of every drain: the columns' positions and kinds are
+    # worked out once (_TEXT_AT), not looked up in sets column by column.
+    for index, column, is_json, optional in _TEXT_AT:
+        value = row[index]
         try:
-            value = _text(column, values[column])
-            if column in JSON_COLUMNS and not json_decoded:
+            if not isinstance(value, str):
+                value = _text(column, value)
+            if is_json and not json_decoded:
                 value = _json(column, value)
         except _Unreadable as exc:
-            if column not in _OPTIONAL_COLUMNS:
+            if not optional:
                 problems.append(str(exc))
             value = None
         decoded[column] = value

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db import DatabaseError
 
 from .base import ClaimedFields, CompletionRow, Driver
-from .batch import update_from_json
+from .batch import update_from_json, update_from_json_members
 from .claimed import ClaimedJob
 from .copy_text import ChunkText, copy_text
 from .relaxed_claim import relax_claim_commit
@@ -93,6 +93,12 @@ class PostgreSQLDriver(Driver):
 
     def complete_batch(self, model: Any, rows: Sequence[CompletionRow]) -> set[uuid.UUID]:
         return update_from_json(self.connection, model, rows)
+
+    def complete_batch_members(
+        self, model: Any, rows: Sequence[CompletionRow], members: tuple[str, str]
+    ) -> tuple[set[uuid.UUID], set[uuid.UUID] | None]:
+        """One statement: the batch's ``RETURNING`` probes ``members`` row by row."""
+        return update_from_json_members(self.connection, model, rows, members)
 
     def insert_rows(
         self, model: Any, objs: Sequence[Any], varying: Collection[str], batch_size: int

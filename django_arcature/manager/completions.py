@@ -20,6 +20,7 @@ Every completion — one ``mark_*`` call or the worker's batch — goes through
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
@@ -301,24 +302,42 @@ class CompletionWrites(JobWriter):
             max_bytes = min(
                 CHUNK_TARGET_BYTES, statement_budget(self.db) - STATEMENT_OVERHEAD_BYTES
             )
+            # Which landed jobs are workflow or batch members, where the driver's
+            # statement can say (None: it cannot, so every landed job is looked up).
+            members: set[uuid.UUID] | None = set()
             for items in groups.values():
                 for chunk in _distinct_jobs(items, driver.BATCH_COMPLETION_ROWS, max_bytes):
                     rows = [
                         (i.completion.job_id, i.completion.claim_token, i.fields) for i in chunk
                     ]
-                    changed = driver.complete_batch(self.model, rows)
+                    changed, in_chunk = driver.complete_batch_members(
+                        self.model, rows, _member_table()
+                    )
                     landed.update(item.key for item in chunk if item.key[0] in changed)
-            self._settle_dependents(prepared, landed)
+                    members = None if members is None or in_chunk is None else members | in_chunk
+            self._settle_dependents(prepared, landed, members)
         return landed
 
-    def _settle_dependents(self, prepared: Sequence[_Prepared], landed: set[ClaimKey]) -> None:
+    def _settle_dependents(
+        self,
+        prepared: Sequence[_Prepared],
+        landed: set[ClaimKey],
+        members: set[uuid.UUID] | None = None,
+    ) -> None:
         """Workflow hook: release or cancel what waited on the landed completions, in
-        this transaction (``manager.dependencies``). A fenced-out write releases nothing."""
-        settle_completions(
-            self.db,
-            self.model,
-            [(item.key[0], item.completion.kind) for item in prepared if item.key in landed],
-        )
+        this transaction (``manager.dependencies``). A fenced-out write releases nothing.
+
+        ``members``, when the completion's own statement said which landed jobs are
+        workflow or batch members, limits the hook to those: with none (a batch of
+        plain jobs, the usual drain) it costs no statement at all.
+        """
+        finished = [
+            (item.key[0], item.completion.kind)
+            for item in prepared
+            if item.key in landed and (members is None or item.key[0] in members)
+        ]
+        if finished:
+            settle_completions(self.db, self.model, finished)
 
     def _write_isolated(
         self, prepared: Sequence[_Prepared]
@@ -413,6 +432,17 @@ class CompletionWrites(JobWriter):
             )
             result[index] = Written(ClaimTransition.UPDATED, landed)
         return result
+
+
+@functools.cache
+def _member_table() -> tuple[str, str]:
+    """The workflow node table and its job id column: a job with a row there is a
+    workflow's or a batch's member, whose completion has dependents to settle."""
+    from django_arcature.workflows.models import WorkflowNode
+
+    column = WorkflowNode._meta.get_field("job_id").column
+    assert column is not None  # a concrete field
+    return WorkflowNode._meta.db_table, column
 
 
 def _observed(model: type[Any]) -> bool:

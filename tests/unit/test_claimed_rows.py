@@ -85,3 +85,16 @@ def test_a_row_without_a_usable_id_is_left_out_of_its_batch(
         claimed = claimed_from_rows([row(id="not-a-uuid"), good, row(claim_token=None)])
     assert [job.id.hex for job in claimed] == [good[0]]
     assert caplog.text.count("no usable id or claim token") == 2
+
+
+def test_empty_json_columns_decode_to_fresh_objects_each_row() -> None:
+    """The parser is skipped for ``{}`` and ``[]``; each job still gets its own object,
+    so a handler (or the worker, appending to the attempt log) changing one changes no
+    other job's."""
+    first, second = claimed_from_rows([row(payload="{}"), row(payload="{}")])
+    assert (first.payload, first.attempt_log, first.trace_context) == ({}, [], {})
+    first.payload["seen"] = True
+    first.attempt_log.append({"attempt": 1})
+    assert (second.payload, second.attempt_log) == ({}, [])
+    spaced = claimed_from_row(row(payload="{ }", attempt_log="[ ]", trace_context='{"a": 1}'))
+    assert (spaced.payload, spaced.attempt_log, spaced.trace_context) == ({}, [], {"a": 1})
