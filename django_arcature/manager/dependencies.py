@@ -152,15 +152,31 @@ def _cascade(
         # has UPDATE … RETURNING, names their dependents: only a transaction that
         # changed one of a dependent's edges can be the one to decide it.
         workflow_of: dict[uuid.UUID, uuid.UUID] = {}
+        sole_met: list[uuid.UUID] = []
         for outcome in sorted(set(frontier.values())):
             ups = [job_id for job_id, o in frontier.items() if o == outcome]
-            workflow_of.update(_mark_edges(using, ups, outcome))
+            marked, sole = _mark_edges(using, ups, outcome)
+            workflow_of.update(marked)
+            sole_met.extend(sole)
         if not workflow_of:
             break
         workflows.update(workflow_of)
+        # A dependent whose only edge this transaction just marked met is ready: no
+        # other transaction can mark that edge (its row stays locked by this one), so
+        # there is nothing to probe. Released by a compare-and-set on ``waiting``
+        # (an operator may have cancelled it), in id order. This is the wide
+        # fan-out's case: its root releases 10,000 dependents here.
+        if sole_met:
+            ready_alone = _release_sole(using, model, sole_met)
+            released.extend(ready_alone)
+            busy_nodes.update(ready_alone)
+        shared = set(workflow_of).difference(sole_met)
+        if not shared:
+            break
         # Locked in id order, so two transactions deciding on the same dependents
-        # queue up instead of deadlocking.
-        waiting, flags = _lock_and_probe(using, model, sorted(workflow_of))
+        # queue up instead of deadlocking. (The sole dependents above were locked by
+        # this transaction only: no other completion ever decides them.)
+        waiting, flags = _lock_and_probe(using, model, sorted(shared))
         if not waiting:
             break
         undecided: set[uuid.UUID] = set()
@@ -233,8 +249,11 @@ def _updates_returning(connection: Any) -> bool:
     return False
 
 
-def _mark_edges(using: str, ups: list[uuid.UUID], outcome: str) -> dict[uuid.UUID, uuid.UUID]:
-    """Mark the open edges leaving ``ups`` met or unmet; their dependent → workflow.
+def _mark_edges(
+    using: str, ups: list[uuid.UUID], outcome: str
+) -> tuple[dict[uuid.UUID, uuid.UUID], list[uuid.UUID]]:
+    """Mark the open edges leaving ``ups`` met or unmet: their dependent → workflow,
+    and the dependents whose only edge (``sole``) is one of those now met.
 
     Met where the dependent's ``when`` accepts ``outcome``. Where the database has
     ``UPDATE … RETURNING`` this is one statement; on MariaDB the marked edges are
@@ -252,21 +271,69 @@ def _mark_edges(using: str, ups: list[uuid.UUID], outcome: str) -> dict[uuid.UUI
         f"WHERE {where} AND {qn('state')} = %s"
     )
     args = [*met_by, m.EdgeState.MET, m.EdgeState.UNMET, *params, m.EdgeState.OPEN]
+    columns = f"{qn('downstream_id')}, {qn('workflow_id')}, {qn('sole')}, {qn('state')}"
     with connection.cursor() as cursor:
         if _updates_returning(connection):
-            cursor.execute(sql + f" RETURNING {qn('downstream_id')}, {qn('workflow_id')}", args)
+            cursor.execute(sql + f" RETURNING {columns}", args)
             rows = cursor.fetchall()
         else:
             cursor.execute(sql, args)
             if not cursor.rowcount:
-                return {}
+                return {}, []
             cursor.execute(
-                f"SELECT {qn('downstream_id')}, {qn('workflow_id')} FROM {edge} "
-                f"WHERE {where} AND {qn('state')} <> %s",
+                f"SELECT {columns} FROM {edge} WHERE {where} AND {qn('state')} <> %s",
                 [*params, m.EdgeState.OPEN],
             )
             rows = cursor.fetchall()
-    return {as_uuid(down): as_uuid(workflow) for down, workflow in rows}
+    workflow_of: dict[uuid.UUID, uuid.UUID] = {}
+    sole_met: list[uuid.UUID] = []
+    met = m.EdgeState.MET
+    for down, workflow, sole, state in rows:
+        down_id = as_uuid(down)
+        workflow_of[down_id] = as_uuid(workflow)
+        if sole and state == met:
+            sole_met.append(down_id)
+    return workflow_of, sole_met
+
+
+def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Release those of ``ids`` still ``waiting``, locked in id order: the ids released.
+
+    For dependents whose only edge this transaction marked met (``_cascade``). On
+    PostgreSQL one statement: the rows are locked in id order by a materialised
+    ``SELECT … FOR UPDATE`` (which rechecks ``waiting`` on a row another transaction
+    changed meanwhile) and updated by the same statement, so 10,000 ids go to the
+    server once and come back once. On MariaDB the lock and the update are two
+    statements; SQLite, one writer at a time, updates only.
+    """
+    from django_arcature.db import now_sql
+
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    where, params = _id_list(connection, qn("id"), ids)
+    now = now_sql(connection.vendor)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"WITH locked AS MATERIALIZED (SELECT {qn('id')} FROM {table} "
+                f"WHERE {where} AND {qn('status')} = %s ORDER BY {qn('id')} FOR UPDATE) "
+                f"UPDATE {table} SET {qn('status')} = %s, {qn('available_at')} = {now} "
+                f"FROM locked WHERE {table}.{qn('id')} = locked.{qn('id')} "
+                f"RETURNING {table}.{qn('id')}",
+                [*params, JobStatus.WAITING, JobStatus.PENDING],
+            )
+            return [as_uuid(row[0]) for row in cursor.fetchall()]
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        cursor.execute(
+            f"SELECT {qn('id')} FROM {table} WHERE {where} AND {qn('status')} = %s "
+            f"ORDER BY {qn('id')}{lock}",
+            [*params, JobStatus.WAITING],
+        )
+        waiting = [as_uuid(row[0]) for row in cursor.fetchall()]
+    if waiting:
+        _release(using, model, waiting)
+    return waiting
 
 
 def _lock_and_probe(
