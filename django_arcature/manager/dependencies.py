@@ -113,11 +113,18 @@ def settle(using: str, model: type[Job], finished: Mapping[uuid.UUID, str]) -> l
     # is the row every sibling's completion queues on, so it is held for as little
     # of the transaction as can be (its lock, its probe, the commit). The counts of
     # nodes the cascade cancels go to the shard already written.
-    shards = _count_first(using, ended, sizes)
+    # On PostgreSQL the counter statements go in one round trip with the cascade's
+    # first edge UPDATE (``_mark_edges``), in that order.
+    deferred: list[tuple[str, list[Any]]] | None = (
+        [] if upstream and _one_round_trip(connections[using]) else None
+    )
+    shards = _count_first(using, ended, sizes, deferred=deferred)
     released: list[uuid.UUID] = []
     busy: set[uuid.UUID] = set()
     if upstream:
-        released, cancelled, busy = _cascade(using, model, upstream)
+        released, cancelled, busy = _cascade(using, model, upstream, deferred)
+        if deferred:  # not sent with an edge UPDATE (none was needed): sent now
+            _send(using, deferred)
         if cancelled:
             shards.update(_count_first(using, cancelled, sizes, shards))
     finish_workflows(using, set(shards) - busy)
@@ -165,9 +172,15 @@ def _finished_nodes(
 
 
 def _cascade(
-    using: str, model: type[Job], frontier: dict[uuid.UUID, str]
+    using: str,
+    model: type[Job],
+    frontier: dict[uuid.UUID, str],
+    before: list[tuple[str, list[Any]]] | None = None,
 ) -> tuple[list[uuid.UUID], dict[uuid.UUID, tuple[uuid.UUID, str]], set[uuid.UUID]]:
     """Mark the edges leaving ``frontier``, then decide each still-waiting dependent.
+
+    ``before``: statements to send with the first edge UPDATE, in the same round
+    trip (emptied once sent).
 
     Returns the nodes released, the nodes cancelled (id → (workflow, outcome)) and
     the workflows left with a node this transaction saw unfinished (released or
@@ -190,7 +203,7 @@ def _cascade(
         sole_met: list[uuid.UUID] = []
         for outcome in sorted(set(frontier.values())):
             ups = [job_id for job_id, o in frontier.items() if o == outcome]
-            marked, sole = _mark_edges(using, ups, outcome)
+            marked, sole = _mark_edges(using, ups, outcome, before)
             workflow_of.update(marked)
             sole_met.extend(sole)
         if not workflow_of:
@@ -285,7 +298,10 @@ def _updates_returning(connection: Any) -> bool:
 
 
 def _mark_edges(
-    using: str, ups: list[uuid.UUID], outcome: str
+    using: str,
+    ups: list[uuid.UUID],
+    outcome: str,
+    before: list[tuple[str, list[Any]]] | None = None,
 ) -> tuple[dict[uuid.UUID, uuid.UUID], list[uuid.UUID]]:
     """Mark the open edges leaving ``ups`` met or unmet: their dependent → workflow,
     and the dependents whose only edge (``sole``) is one of those now met.
@@ -293,6 +309,8 @@ def _mark_edges(
     Met where the dependent's ``when`` accepts ``outcome``. Where the database has
     ``UPDATE … RETURNING`` this is one statement; on MariaDB the marked edges are
     read back by a second (``state <> 'open'``: an edge this transaction marked).
+    ``before`` (PostgreSQL with client-side binding only) are statements without
+    results sent ahead of it in the same query, then emptied.
     """
     m = _models()
     connection = connections[using]
@@ -308,7 +326,17 @@ def _mark_edges(
     args = [*met_by, m.EdgeState.MET, m.EdgeState.UNMET, *params, m.EdgeState.OPEN]
     columns = f"{qn('downstream_id')}, {qn('workflow_id')}, {qn('sole')}, {qn('state')}"
     with connection.cursor() as cursor:
-        if _updates_returning(connection):
+        if before:
+            assert _one_round_trip(connection)
+            cursor.execute(
+                "; ".join([*(text for text, _ in before), sql + f" RETURNING {columns}"]),
+                [*(value for _, values in before for value in values), *args],
+            )
+            for _ in before:
+                cursor.nextset()
+            before.clear()
+            rows = cursor.fetchall()
+        elif _updates_returning(connection):
             cursor.execute(sql + f" RETURNING {columns}", args)
             rows = cursor.fetchall()
         else:
@@ -513,6 +541,8 @@ def _count_first(
     ended: Mapping[uuid.UUID, tuple[uuid.UUID, str]],
     sizes: Mapping[uuid.UUID, int] | None = None,
     shards: Mapping[uuid.UUID, int] | None = None,
+    *,
+    deferred: list[tuple[str, list[Any]]] | None = None,
 ) -> dict[uuid.UUID, int]:
     """Add ``ended`` (id → (workflow, column)) to their workflows' counters; the shard
     written, per workflow.
@@ -553,15 +583,20 @@ def _count_first(
     for workflow, column in ended.values():
         if workflow in chosen:
             counts.setdefault((workflow, chosen[workflow]), Counter())[column] += 1
-    _add_to_counters(using, counts, +1)
+    _add_to_counters(using, counts, +1, deferred)
     return chosen
 
 
 def _add_to_counters(
-    using: str, counts: Mapping[tuple[uuid.UUID, int], Counter[str]], sign: int
+    using: str,
+    counts: Mapping[tuple[uuid.UUID, int], Counter[str]],
+    sign: int,
+    deferred: list[tuple[str, list[Any]]] | None = None,
 ) -> None:
     """One UPDATE per (workflow, shard): ``finished`` by every node, ``dead`` and
-    ``cancelled`` by those counted in them (column "" counts in ``finished`` only)."""
+    ``cancelled`` by those counted in them (column "" counts in ``finished`` only).
+
+    With ``deferred`` the statements are appended to it, for the caller to send."""
     if not counts:
         return
     m = _models()
@@ -575,18 +610,31 @@ def _add_to_counters(
         + ", ".join(f"{qn(c)} = {qn(c)} + %s" for c in ("finished", "dead", "cancelled"))
         + f" WHERE {qn('workflow_id')} = %s AND {qn('shard')} = %s"
     )
-    with connection.cursor() as cursor:
-        for (workflow, shard), columns in sorted(counts.items(), key=str):  # id order: no deadlock
-            cursor.execute(
-                sql,
-                [
-                    sign * sum(columns.values()),
-                    sign * columns["dead"],
-                    sign * columns["cancelled"],
-                    prep(workflow),
-                    shard,
-                ],
-            )
+    statements = [
+        (
+            sql,
+            [
+                sign * sum(columns.values()),
+                sign * columns["dead"],
+                sign * columns["cancelled"],
+                prep(workflow),
+                shard,
+            ],
+        )
+        for (workflow, shard), columns in sorted(counts.items(), key=str)  # id order: no deadlock
+    ]
+    if deferred is not None:
+        deferred.extend(statements)
+    else:
+        _send(using, statements)
+
+
+def _send(using: str, statements: list[tuple[str, list[Any]]]) -> None:
+    """Execute statements without results, in order; emptied once sent."""
+    with connections[using].cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+    statements.clear()
 
 
 def finish_workflows(using: str, workflow_ids: Iterable[uuid.UUID]) -> None:
