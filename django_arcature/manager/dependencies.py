@@ -22,6 +22,12 @@ sibling that committed before the lock was granted, and a sibling still in fligh
 waits for this one, then sees its edge. SQLite runs one writer at a time. The
 release itself is a compare-and-set on ``status = 'waiting'``, so a dependent moves
 once however many siblings look at it.
+
+**Fan-out without the probe.** An edge that is the only one into its dependent
+(``WorkflowEdge.sole``, fixed when the workflow is built) is marked by exactly one
+completion, which holds that edge row's lock to its commit: no sibling exists to
+wait for, so the dependent is locked (in id order) and released in one statement,
+without reading its edges back. That is every dependent of a wide fan-out's root.
 """
 
 from __future__ import annotations
