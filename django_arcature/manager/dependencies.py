@@ -366,14 +366,17 @@ def _mark_edges(
 
 
 def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uuid.UUID]:
-    """Release those of ``ids`` still ``waiting``, locked in id order: the ids released.
+    """Release those of ``ids`` still ``waiting``, locked in id order first: the ids released.
 
-    For dependents whose only edge this transaction marked met (``_cascade``). On
-    PostgreSQL one statement: the rows are locked in id order by a materialised
-    ``SELECT … FOR UPDATE`` (which rechecks ``waiting`` on a row another transaction
-    changed meanwhile) and updated by the same statement, so 10,000 ids go to the
-    server once and come back once. On MariaDB the lock and the update are two
-    statements; SQLite, one writer at a time, updates only.
+    For dependents whose only edge this transaction marked met (``_cascade``). The
+    lock (``SELECT … ORDER BY id FOR UPDATE``, which rechecks ``waiting`` on a row
+    another transaction changed meanwhile) keeps the id order every locker of job
+    rows uses; the ``UPDATE`` is a compare-and-set on ``waiting`` by the same id
+    list. Each statement reads the list itself, never a join against the other's
+    rows: with statistics taken while the table was empty, a join of 10,000 locked
+    ids to 10,000 rows was planned as a nested loop (8 s of server CPU, measured).
+    On PostgreSQL with client-side binding both go in one round trip, and the lock
+    sends back a count, not the ids.
     """
     from django_arcature.db import now_sql
 
@@ -381,19 +384,30 @@ def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uu
     qn = connection.ops.quote_name
     table = qn(model._meta.db_table)
     where, params = _id_list(connection, qn("id"), ids)
-    now = now_sql(connection.vendor)
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock_sql = (
+        f"SELECT count(*) FROM (SELECT {qn('id')} FROM {table} WHERE {where} "
+        f"AND {qn('status')} = %s ORDER BY {qn('id')}{lock}) locked"
+    )
+    lock_params = [*params, JobStatus.WAITING]
+    update_sql = (
+        f"UPDATE {table} SET {qn('status')} = %s, "
+        f"{qn('available_at')} = {now_sql(connection.vendor)} "
+        f"WHERE {where} AND {qn('status')} = %s"
+    )
+    update_params = [JobStatus.PENDING, *params, JobStatus.WAITING]
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if _one_round_trip(connection):
             cursor.execute(
-                f"WITH locked AS MATERIALIZED (SELECT {qn('id')} FROM {table} "
-                f"WHERE {where} AND {qn('status')} = %s ORDER BY {qn('id')} FOR UPDATE) "
-                f"UPDATE {table} SET {qn('status')} = %s, {qn('available_at')} = {now} "
-                f"FROM locked WHERE {table}.{qn('id')} = locked.{qn('id')} "
-                f"RETURNING {table}.{qn('id')}",
-                [*params, JobStatus.WAITING, JobStatus.PENDING],
+                f"{lock_sql}; {update_sql} RETURNING {qn('id')}", [*lock_params, *update_params]
             )
+            cursor.nextset()
             return [as_uuid(row[0]) for row in cursor.fetchall()]
-        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        if _updates_returning(connection):
+            cursor.execute(lock_sql, lock_params)
+            cursor.execute(f"{update_sql} RETURNING {qn('id')}", update_params)
+            return [as_uuid(row[0]) for row in cursor.fetchall()]
+        # MariaDB: no RETURNING; the ids locked are the ids the update changes.
         cursor.execute(
             f"SELECT {qn('id')} FROM {table} WHERE {where} AND {qn('status')} = %s "
             f"ORDER BY {qn('id')}{lock}",
