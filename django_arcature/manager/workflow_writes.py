@@ -125,6 +125,7 @@ class WorkflowWrites(JobWriter):
                             upstream_id=up,
                             downstream_id=node.job_id,
                             when=node.when,
+                            sole=len(node.after) == 1,
                         )
                         for node in nodes
                         for up in node.after

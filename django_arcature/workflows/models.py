@@ -218,6 +218,12 @@ class WorkflowEdge(models.Model):
     #: The dependent's ``when``, copied so an upstream's completion decides its edges alone.
     when = models.CharField(max_length=16, choices=When.choices, default=When.SUCCEEDED)
     state = models.CharField(max_length=8, choices=EdgeState.choices, default=EdgeState.OPEN)
+    #: Whether this is the only edge into its dependent, as built (edges are never added
+    #: to an enqueued workflow). The completion that marks a sole edge met may release
+    #: the dependent without locking it first and probing its other edges: it has none,
+    #: and the edge row this completion just updated stays locked by it to the commit.
+    #: False (the safe default, the general path) for edges written before 0017.
+    sole = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         # The fan-in probe (``dependencies._edge_flags``) asks "is any edge of this

@@ -102,6 +102,61 @@ def test_siblings_finished_together_release_the_fan_in_once() -> None:
     assert finished == 41  # the root and the 40: the sink has not run
 
 
+def test_edges_know_whether_they_are_the_only_one_into_their_dependent() -> None:
+    _, (_root, *middle), sink = fan(3)
+    sole = dict(WorkflowEdge.objects.values_list("downstream_id", "sole").distinct())
+    assert sole == {**{node.job_id: True for node in middle}, sink.job_id: False}
+
+
+def test_a_sole_dependent_cancelled_meanwhile_stays_cancelled() -> None:
+    """The release of a dependent whose only edge is met is a compare-and-set on
+    ``waiting``: one an operator cancelled first is not brought back to ``pending``."""
+    _, (root, *middle), sink = fan(3)
+    Job.objects.cancel(middle[1].job_id)
+    token = claim(root.job_id).claim_token
+    with transaction.atomic():
+        assert Job.objects.mark_succeeded(root.job_id, token) is ClaimTransition.UPDATED
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses[middle[0].job_id] == JobStatus.PENDING
+    assert statuses[middle[1].job_id] == JobStatus.CANCELLED
+    assert statuses[middle[2].job_id] == JobStatus.PENDING
+    # The sink needed every middle node to succeed: the cancel let it go already.
+    assert statuses[sink.job_id] == JobStatus.CANCELLED
+
+
+def test_settle_reports_the_sole_and_the_shared_dependents_it_released() -> None:
+    """One completion with both kinds of dependent: ``a`` has the root as its only
+    upstream, ``b`` waits for the root and for ``other``, which finished first."""
+    flow = Workflow("mixed")
+    root, other = flow.add(wf.step, "root"), flow.add(wf.step, "other")
+    a = flow.add(wf.step, "a", after=[root])
+    b = flow.add(wf.step, "b", after=[root, other])
+    flow.enqueue()
+    done = claim(other.job_id)
+    assert Job.objects.mark_succeeded(done.id, done.claim_token) is ClaimTransition.UPDATED
+    assert fresh(b.job_id).status == JobStatus.WAITING
+    running = claim(root.job_id)
+    with transaction.atomic():
+        done_now = Job.objects.filter(id=running.id)
+        assert done_now.update(status=JobStatus.SUCCEEDED, claim_token=None)
+        released = dependencies.settle("default", Job, {running.id: dependencies.SUCCEEDED})
+    assert sorted(released) == sorted([a.job_id, b.job_id])
+    assert fresh(a.job_id).status == JobStatus.PENDING
+    assert fresh(b.job_id).status == JobStatus.PENDING
+
+
+def test_edges_written_before_the_sole_column_release_through_the_probe() -> None:
+    """Edges of 0016 and before read ``sole = false``: their dependents take the general
+    path (lock, probe) and are released all the same."""
+    _, (root, *middle), sink = fan(5)
+    WorkflowEdge.objects.update(sole=False)
+    token = claim(root.job_id).claim_token
+    assert Job.objects.mark_succeeded(root.job_id, token) is ClaimTransition.UPDATED
+    pending = set(Job.objects.filter(status=JobStatus.PENDING).values_list("id", flat=True))
+    assert pending == {node.job_id for node in middle}
+    assert fresh(sink.job_id).status == JobStatus.WAITING
+
+
 needs_two_writers = pytest.mark.only_on(
     "postgresql", "mysql", reason="SQLite runs one writer at a time"
 )
@@ -219,7 +274,8 @@ def test_the_fan_in_probe_does_not_step_over_the_met_edges() -> None:
         assert holding.wait(30)
         finished = [node.job_id for node in middle[: width - 100]]  # in the order written
         with transaction.atomic():
-            assert len(dependencies._mark_edges("default", finished, dependencies.SUCCEEDED))
+            marked, _ = dependencies._mark_edges("default", finished, dependencies.SUCCEEDED)
+            assert len(marked) == 1  # the sink, from every one of its edges marked
         before = index_entries_read()
         flags = dependencies._edge_flags("default", Job, [sink.job_id])
         read = index_entries_read() - before
