@@ -23,7 +23,7 @@ from ``/proc/<pid>/stat``, per 1,000 rows), this process's CPU per 1,000 rows, a
 with ``--profile`` a cProfile of one round of ours. ``--ablate`` instead loads the
 same rows with ``psql`` into copies of our table that each lack one index, the
 CHECK constraints or the NOTIFY trigger (or has ``arcature_finished_idx`` full, as
-before migration 0020, or the unique key as a partial unique index), and reports
+before migration 0018, or the unique key as a partial unique index), and reports
 what each costs per 1,000 rows: as ``psql``'s wall time and as the server backend's
 CPU for the same COPY.
 """
@@ -241,8 +241,8 @@ def ablation(ours: Ours, jobs: int, rounds: int) -> list[dict[str, Any]]:
                 f"ALTER TABLE {ours.table} DROP CONSTRAINT {name};"
             )
         if "arcature_finished_idx" in indexes:
-            # What migration 0020 bought: the index as it was, pending rows included.
-            variants["arcature_finished_idx full (as before 0020)"] = (
+            # What migration 0018 bought: the index as it was, pending rows included.
+            variants["arcature_finished_idx full (as before 0018)"] = (
                 "DROP INDEX arcature_finished_idx;"
                 f"CREATE INDEX arcature_finished_idx ON {ours.table} (status, finished_at);"
             )

@@ -176,7 +176,7 @@ def test_dead_letters_come_newest_first_in_index_order(
 ) -> None:
     """The dead-letter page walks ``(status, finished_at)`` from its newest entry: no
     sort of every dead row, and a small part of the table read. On PostgreSQL that
-    index leaves the pending rows out (migration 0020): the page's ``status = 'dead'``
+    index leaves the pending rows out (migration 0018): the page's ``status = 'dead'``
     must still let the planner use it."""
     found = statements(admin_client, reverse("admin:django_arcature_deadjob_changelist"))
     sql, params = page_statement(found)

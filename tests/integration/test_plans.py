@@ -253,9 +253,9 @@ def test_postgresql_claim_and_sweep_indexes_hold_live_rows_only() -> None:
     assert definitions() == partial
 
 
-@pytest.mark.only_on("postgresql", reason="partial indexes are PostgreSQL's (migration 0020)")
+@pytest.mark.only_on("postgresql", reason="partial indexes are PostgreSQL's (migration 0018)")
 def test_postgresql_finished_index_leaves_pending_rows_out(make_jobs: MakeJobs) -> None:
-    """0020: ``arcature_finished_idx`` holds the rows that finished or are not pending;
+    """0018: ``arcature_finished_idx`` holds the rows that finished or are not pending;
     reversing the migration gives back the full index, and re-applying it the partial."""
     from django.core.management import call_command
     from django.db.migrations.loader import MigrationLoader

@@ -60,6 +60,6 @@ class Migration(migrations.Migration):
     # CREATE/DROP INDEX CONCURRENTLY cannot run inside a transaction.
     atomic = False
 
-    dependencies = [("django_arcature", "0016_batch_callback_jobs")]
+    dependencies = [("django_arcature", "0017_edge_sole")]
 
     operations = [migrations.RunPython(make_partial, make_full, elidable=False)]
