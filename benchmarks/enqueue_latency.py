@@ -19,6 +19,11 @@ view awaiting ``noop.aenqueue()`` against a sync view calling ``noop.enqueue()``
 ``sync_to_async(noop.enqueue)()``, in requests per second and the enqueue call's
 own time inside the view. One worker wake-up socket is bound in the hint folder
 (as enqueue_peers.py), so our enqueues pay for the hint they send.
+
+``--server-binding`` (PostgreSQL) gives our connection Django's ``server_side_binding``
+with ``prepare_threshold=5`` (as enqueue_peers.py): psycopg then prepares the INSERT,
+which saves the server its parse and plan per enqueue; a project can choose that only
+without transaction pooling, so it is a separate figure, not the default one.
 """
 
 from __future__ import annotations
@@ -246,6 +251,8 @@ def bind_listener() -> Any:
 
 def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     os.environ["DATABASE_URL"] = URLS[db]
+    if options.server_binding and db == "postgres":
+        os.environ["ARCATURE_BENCH_SERVER_BINDING"] = "1"
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.peer_settings"
     from benchmarks.run import ensure_database
 
@@ -263,7 +270,11 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     call_command("migrate", verbosity=0)
     contenders = Contenders(db, options)
     listeners = bind_listener()
-    result: dict[str, Any] = {"db": db, "load_before": load_average()}
+    result: dict[str, Any] = {
+        "db": db,
+        "server_binding": bool(options.server_binding and db == "postgres"),
+        "load_before": load_average(),
+    }
     try:
         for name in contenders.names():
             contenders.rate(name, min(200, options.jobs))
@@ -304,6 +315,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500, help="ASGI requests per view")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--no-pgqueuer", action="store_true")
+    parser.add_argument(
+        "--server-binding",
+        action="store_true",
+        help="PostgreSQL: server-side binding with prepared statements for our connection",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
