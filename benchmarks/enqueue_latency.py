@@ -10,6 +10,11 @@ Per round, alternating the order (ABBA), each contender's table emptied first:
   None)`` ``--jobs`` times on its documented psycopg async connection in autocommit,
   into its own database (``pgq install``'s schema).
 * **django-tasks-db** (if installed): ``peer_noop.enqueue()``, as enqueue_peers.py.
+* **floor: bare INSERT** (PostgreSQL): the very INSERT our enqueue sends (its
+  parameters merged into it, a fresh id each time) on a psycopg connection of its
+  own in autocommit, with none of our code or Django's around it: one round trip
+  and one durable commit per job, the limit any one-by-one enqueue into this table
+  meets on this machine.
 
 Then, once per round: the time one ``enqueue()`` adds inside a request's own
 transaction (``bench.measure.Bench.enqueue_in_transaction``: p50 and p99), and
@@ -19,6 +24,11 @@ view awaiting ``noop.aenqueue()`` against a sync view calling ``noop.enqueue()``
 ``sync_to_async(noop.enqueue)()``, in requests per second and the enqueue call's
 own time inside the view. One worker wake-up socket is bound in the hint folder
 (as enqueue_peers.py), so our enqueues pay for the hint they send.
+
+``--server-binding`` (PostgreSQL) gives our connection Django's ``server_side_binding``
+with ``prepare_threshold=5`` (as enqueue_peers.py): psycopg then prepares the INSERT,
+which saves the server its parse and plan per enqueue; a project can choose that only
+without transaction pooling, so it is a separate figure, not the default one.
 """
 
 from __future__ import annotations
@@ -119,6 +129,9 @@ class Contenders:
         self.loop = asyncio.new_event_loop()
         self.pgqueuer: Any = None
         self.tasks_db: Any = None
+        self.floor: tuple[Any, str, str] | None = (
+            self.floor_statement() if db == "postgres" else None
+        )
         if db == "postgres" and not options.no_pgqueuer:
             try:
                 import pgqueuer  # noqa: F401
@@ -147,8 +160,33 @@ class Contenders:
             cursor.execute(f"{verb} {table or self.table}")
         return 0
 
+    def floor_statement(self) -> tuple[Any, str, str]:
+        """A psycopg connection of its own, the SQL our enqueue sends (parameters
+        merged), and the id written in it (replaced per call)."""
+        import psycopg
+        from django.db import connection
+
+        from django_arcature.manager.row_insert import prepare_insert
+        from django_arcature.models import Job
+
+        row, statements = Job.objects._build(
+            self.noop.name, args=(), kwargs=None, queue=None, priority=None, delay=None,
+            run_at=None, max_attempts=None, unique_key=None, backend="",
+        )  # fmt: skip
+        prepared = prepare_insert(row, connection.alias, statements)
+        assert prepared is not None
+        raw = psycopg.connect(
+            host="127.0.0.1", user="arcature", password="arcature", dbname=NAME, autocommit=True
+        )
+        sql = psycopg.ClientCursor(raw).mogrify(prepared.sql, prepared.params)
+        ident = row.pk.hex if row.pk.hex in sql else str(row.pk)
+        assert ident in sql
+        return raw, sql, ident
+
     def names(self) -> list[str]:
         names = ["ours"]
+        if self.floor is not None:
+            names.append("floor: bare INSERT")
         if self.pgqueuer is not None:
             names.append("pgqueuer")
         if self.tasks_db is not None:
@@ -168,6 +206,8 @@ class Contenders:
 
         if name == "pgqueuer":
             return self.loop.run_until_complete(self._pgqueuer(count))
+        if name == "floor: bare INSERT":
+            return self._floor(name, count)
         if name == "ours":
             self.clear()
             enqueue = self.noop.enqueue
@@ -189,6 +229,29 @@ class Contenders:
         if pid:
             result[f"{name}_server_us"] = (backend_cpu_seconds(pid) - server) / count * 1e6
         return result
+
+    def _floor(self, name: str, count: int) -> dict[str, float]:
+        import uuid
+
+        from benchmarks.enqueue_bulk import backend_cpu_seconds
+
+        self.clear()
+        assert self.floor is not None
+        raw, sql, ident = self.floor
+        dashed = "-" in ident
+        pid = raw.info.backend_pid
+        server = backend_cpu_seconds(pid)
+        cpu = time.process_time()
+        started = time.perf_counter()
+        for _ in range(count):
+            fresh = uuid.uuid4()
+            raw.execute(sql.replace(ident, str(fresh) if dashed else fresh.hex)).fetchone()
+        elapsed = time.perf_counter() - started
+        return {
+            name: count / elapsed,
+            f"{name}_client_us": (time.process_time() - cpu) / count * 1e6,
+            f"{name}_server_us": (backend_cpu_seconds(pid) - server) / count * 1e6,
+        }
 
     async def _pgqueuer(self, count: int) -> dict[str, float]:
         from benchmarks.enqueue_bulk import backend_cpu_seconds
@@ -246,6 +309,8 @@ def bind_listener() -> Any:
 
 def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     os.environ["DATABASE_URL"] = URLS[db]
+    if options.server_binding and db == "postgres":
+        os.environ["ARCATURE_BENCH_SERVER_BINDING"] = "1"
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.peer_settings"
     from benchmarks.run import ensure_database
 
@@ -263,7 +328,11 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     call_command("migrate", verbosity=0)
     contenders = Contenders(db, options)
     listeners = bind_listener()
-    result: dict[str, Any] = {"db": db, "load_before": load_average()}
+    result: dict[str, Any] = {
+        "db": db,
+        "server_binding": bool(options.server_binding and db == "postgres"),
+        "load_before": load_average(),
+    }
     try:
         for name in contenders.names():
             contenders.rate(name, min(200, options.jobs))
@@ -282,6 +351,8 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
             receiver.close()
             os.unlink(path)
         contenders.clear()
+        if contenders.floor is not None:
+            contenders.floor[0].close()
     result["rounds"] = rounds
     for key in rounds[0]:
         result[key] = statistics.median(r[key] for r in rounds)
@@ -290,6 +361,8 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
         ratios = [r["ours"] / max(r[name] for name in peers) for r in rounds]
         result["vs_fastest_peer"] = statistics.median(ratios)
         result["vs_fastest_peer_range"] = [min(ratios), max(ratios)]
+    if "floor: bare INSERT" in rounds[0]:
+        result["vs_floor"] = statistics.median(r["ours"] / r["floor: bare INSERT"] for r in rounds)
     result["view_enqueue_p50_us"] = {
         label: statistics.median(times) for label, times in VIEW_TIMES.items()
     }
@@ -304,6 +377,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500, help="ASGI requests per view")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--no-pgqueuer", action="store_true")
+    parser.add_argument(
+        "--server-binding",
+        action="store_true",
+        help="PostgreSQL: server-side binding with prepared statements for our connection",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:

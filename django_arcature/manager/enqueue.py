@@ -573,6 +573,8 @@ def _row_maker(
 
 def _trace_context(model: type[Any], task_name: str, queue: str, count: int) -> dict[str, str]:
     """What ``jobs_enqueuing`` receivers (tracing) want stored with this call's jobs."""
+    if not signals.jobs_enqueuing.receivers:  # nobody connected: skip the sender lookup
+        return {}
     carrier: dict[str, str] = {}
     for _receiver, response in signals.notify(
         signals.jobs_enqueuing, model, task_name=task_name, queue=queue, count=count

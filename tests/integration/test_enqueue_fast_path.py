@@ -241,3 +241,77 @@ def test_any_queue_name_is_stored_as_given_by_kept_statements(queue: str) -> Non
     first, second = noop.using(queue=queue).enqueue(), noop.using(queue=queue).enqueue()
     assert [_stored(job)["queue"] for job in (first, second)] == [queue, queue]
     assert first.queue == second.queue == queue
+
+
+# --- a row's own values written into the SQL ------------------------------------------
+
+#: Values that may be written into the SQL as literals, and ones that must not be: a
+#: quote, a backslash, a percent sign (a placeholder to a driver), non-ASCII text,
+#: control characters, and a large plain payload.
+_AWKWARD_VALUES = [
+    "plain text [1, 2] {x: y}",
+    "it's",
+    "back\\slash",
+    "50%",
+    "per%%cent%s",
+    "ünïcode ☃",
+    "tab\tnew\nline\x01",
+    "?:1 $1 :name",
+    "x" * 200_000,
+]
+
+
+@pytest.mark.parametrize("value", _AWKWARD_VALUES, ids=lambda value: repr(value)[:20])
+def test_a_rows_own_values_are_stored_exactly_as_literals_or_as_parameters(value: str) -> None:
+    """Where the driver binds on the client, a plain id, payload or unique key is
+    written into the SQL; everything else must still travel as a parameter, so the
+    stored row is the value given, byte for byte, on every database."""
+    from tests.testapp.jobs import echo
+
+    for key in (None, f"k:{value[:150]}"):
+        job = echo.using(unique_key=key).enqueue([value, {"nested": value}, 7, None, 1.5])
+        stored = _stored(job)
+        assert stored["payload"] == {
+            "args": [[value, {"nested": value}, 7, None, 1.5]],
+            "kwargs": {},
+        }
+        assert stored["unique_key"] == key
+        assert {name: getattr(job, name) for name in stored} == stored
+        # The same key again finds its holder, whichever way the key was sent.
+        if key is not None:
+            assert echo.using(unique_key=key).enqueue([value]).pk == job.pk
+
+
+def test_plain_values_go_in_the_sql_only_where_the_driver_would_merge_them_anyway() -> None:
+    """psycopg's default client-side binding and mysqlclient merge parameters into the
+    SQL before sending it, so a plain row's INSERT is sent complete, without
+    parameters (the driver then skips its placeholder parsing and adapters); SQLite
+    binds for real and keeps its statements by text, so there every per-row value
+    stays a parameter and the SQL is the same for every row."""
+    from tests.testapp.jobs import echo
+
+    sent: list[tuple[str, Any]] = []
+
+    def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        plain = [noop.enqueue(), noop.enqueue(), echo.enqueue("plain")]
+        quoted = echo.enqueue("it's")
+    assert len(sent) == 4
+    merges = connection.vendor == "mysql" or (
+        connection.vendor == "postgresql"
+        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    )
+    if merges:
+        assert [params for _, params in sent[:3]] == [None, None, None]
+        assert all(job.pk.hex in sql for job, (sql, _) in zip(plain, sent, strict=False))
+        # The quoted payload is the one parameter left; the id is still written in.
+        assert sent[3][1] is not None
+        assert len(sent[3][1]) == 1
+        assert quoted.pk.hex in sent[3][0]
+    else:
+        assert sent[0][0] == sent[1][0]  # one SQL text for every row: the statement is reused
+        assert all(params for _, params in sent)
+    assert _stored(quoted)["payload"] == {"args": ["it's"], "kwargs": {}}
