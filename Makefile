@@ -62,9 +62,9 @@ axe:
 
 # The matrix runs three environments at a time (TOX_PARALLEL), longest first
 # (tox.ini's env_list order). Three on two cores, because an environment keeps well
-# under a core busy: the PostgreSQL suite's pytest and worker processes used 302 s of
-# CPU (measured on a loaded machine) for a run that takes 13.5 min in CI, plus the
-# server's share; the rest is waiting on worker processes, the database and pip. The `docs` environment builds the documentation
+# under a core busy: the py313/dj61 PostgreSQL suite's pytest and worker processes
+# used 242 s of CPU over 12 min 16 s (run alone, load average 0.4-4), 33% of a core,
+# plus the server's share; the rest is waiting on worker processes, the database and pip. The `docs` environment builds the documentation
 # site with warnings as errors and runs its code samples, and the `release`
 # environment is the release check (build, wheel installs, smoke suite, install
 # instructions: 4-5 minutes, 64 s of CPU, mostly pip). The release check used to run
