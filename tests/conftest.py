@@ -75,6 +75,31 @@ def _deselect_other_vendors(config: pytest.Config, items: list[pytest.Item]) -> 
         items[:] = keep
 
 
+#: Folders whose tests use no database at all (pure code, the import graph, the public
+#: names): their answer cannot change with the database, so they run on SQLite only,
+#: once per Django version, instead of again on PostgreSQL and MariaDB.
+NO_DATABASE_SUITES = ("unit", "architecture")
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _mark_no_database_suites(items: list[pytest.Item]) -> None:
+    """Mark the tests of ``NO_DATABASE_SUITES`` ``only_on("sqlite")``, as if written there.
+
+    A test there that asks for the database anyway (``django_db``), or that already
+    names its databases with ``only_on``, keeps what it said.
+    """
+    folders = tuple(os.path.join(_TESTS, name) + os.sep for name in NO_DATABASE_SUITES)
+    marker = pytest.mark.only_on(
+        "sqlite", reason="uses no database (tests/unit, tests/architecture): once, on SQLite"
+    )
+    for item in items:
+        if not str(item.path).startswith(folders):
+            continue
+        if item.get_closest_marker("only_on") or item.get_closest_marker("django_db"):
+            continue
+        item.add_marker(marker)
+
+
 def _deselect_server_restarts(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that restart a database server run only when asked (ARCATURE_RESTART_DATABASE=1).
 
@@ -129,6 +154,7 @@ def _deselect_by_pooler(config: pytest.Config, items: list[pytest.Item]) -> None
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _unreachable
+    _mark_no_database_suites(items)
     _deselect_other_vendors(config, items)
     _deselect_server_restarts(config, items)
     _deselect_heavy_suites(config, items)

@@ -22,6 +22,9 @@ from django_arcature.worker.wakeup import CHANNEL, Listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+#: A poll interval (so the pause flags' refresh interval) no test here outlasts.
+FLAGS_KEPT_SECONDS = 300.0
+
 
 def _claim_queries(worker: Worker, event: str) -> list[str]:
     """The SQL of the claim that follows ``event`` on an idle worker."""
@@ -32,7 +35,12 @@ def _claim_queries(worker: Worker, event: str) -> list[str]:
 
 
 def test_a_job_notification_claims_without_reading_the_pause_flags() -> None:
-    worker = Worker(install_signal_handlers=False, duties=False, listen=False)
+    # The flags are re-read once per poll interval: the tests' 0.05 s would let a
+    # loaded machine's pause between two claims read them again, so the test's
+    # worker gets a long one (only a notification may re-read them here).
+    worker = Worker(
+        install_signal_handlers=False, duties=False, listen=False, poll_interval=FLAGS_KEPT_SECONDS
+    )
     table = QueueState._meta.db_table
     first = _claim_queries(worker, "notify")
     assert any(table in sql for sql in first)  # the flags are read once
@@ -84,7 +92,9 @@ def test_the_listener_tells_job_notifications_from_queue_changes() -> None:
 @pytest.mark.only_on("postgresql", reason="LISTEN/NOTIFY exist there only")
 @pytest.mark.pgbouncer(False, reason="the notifications travel on a direct connection")
 def test_a_worker_woken_by_an_enqueue_claims_without_reading_the_flags() -> None:
-    worker = Worker(install_signal_handlers=False, duties=False, listen=True)
+    worker = Worker(
+        install_signal_handlers=False, duties=False, listen=True, poll_interval=FLAGS_KEPT_SECONDS
+    )
     worker._start_threads()
     try:
         deadline = time.monotonic() + 10

@@ -1,0 +1,57 @@
+"""Which tests a run collects on which database (tests/conftest.py).
+
+CI's budget depends on these rules, and so does its coverage: a test of
+``tests/unit`` or ``tests/architecture`` runs on SQLite only (it uses no database,
+so PostgreSQL and MariaDB would only repeat it), unless it asks for the database or
+names its own databases. Each case runs pytest's collection in a subprocess with
+the database chosen by ``ARCATURE_TEST_DB``; collection alone connects to nothing
+when no collected test needs the database.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def collect(database: str, *paths: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CI"}},
+        "ARCATURE_TEST_DB": database,
+        "ARCATURE_DB_NAME": "arcature_collect_only",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def collected(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "::" in line]
+
+
+def test_the_no_database_suites_are_collected_on_sqlite() -> None:
+    done = collect("sqlite", "tests/unit/test_decide.py", "tests/architecture/test_public_api.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = collected(done.stdout)
+    assert any(name.startswith("tests/unit/test_decide.py::") for name in names)
+    assert any(name.startswith("tests/architecture/test_public_api.py::") for name in names)
+
+
+def test_the_no_database_suites_are_not_collected_on_the_servers_and_it_says_so() -> None:
+    for database, vendor in (("postgres", "postgresql"), ("mysql", "mysql")):
+        done = collect(database, "tests/unit/test_decide.py", "tests/architecture")
+        # pytest's "no tests collected" (5): every test was deselected, none skipped.
+        assert done.returncode == 5, done.stdout + done.stderr
+        assert collected(done.stdout) == [], done.stdout
+        assert f"not collected on {vendor}:" in done.stdout, done.stdout
+        assert "uses no database (tests/unit, tests/architecture)" in done.stdout
