@@ -165,7 +165,7 @@ class _Statement:
     into it as literals where the driver binds on the client (None: no per-row value).
     """
 
-    __slots__ = ("params", "per_row", "per_row_at", "pieces", "sql", "stamped")
+    __slots__ = ("params", "per_row", "pieces", "sql", "stamped")
 
     def __init__(
         self,
@@ -177,8 +177,6 @@ class _Statement:
         self.sql = sql
         self.params = params
         self.per_row = per_row
-        #: The positions of the per-row parameters (each row's values may become literals).
-        self.per_row_at = frozenset(index for index, _, _ in per_row)
         self.stamped = stamped
         pieces = sql.split("%s") if per_row else None
         # Every "%s" is a placeholder (no literal holds a percent sign); if that ever
@@ -245,7 +243,7 @@ def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> 
     prepared = prepare_insert(row, using, statements)
     if prepared is None:
         return False  # an expression the ORM compiles, or listeners (nothing sent yet)
-    connection = prepared.connection
+    connection = connections[using]
     # What transaction.mark_for_rollback_on_error() does, without a generator per call.
     try:
         with connection.cursor() as cursor:
@@ -341,7 +339,7 @@ def _merge(
 ) -> tuple[str, list[Any] | None]:
     """The SQL with this row's own values written in as literals where they are plain
     (see :data:`_SAFE_LITERAL`), and the parameters left (None if none is)."""
-    per_row = statement.per_row_at
+    per_row = {index for index, _, _ in statement.per_row}
     parts = [pieces[0]]
     kept: list[Any] = []
     for position, value in enumerate(params):
