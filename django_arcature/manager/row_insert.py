@@ -14,21 +14,10 @@ back right after where the database cannot return it). It goes through
 Django's cursor, so the connection's own binding mode (and with it psycopg's
 prepared statements, where a project turned them on), query logging, execute
 wrappers and error wrapping apply as they do to any query.
-
-Where the driver merges the parameters into the SQL on the client anyway
-(psycopg's default client-side binding, mysqlclient), a row's own values (its
-id, a payload or unique key of plain text) are written into the SQL here, as
-literals the driver would have produced, and the statement goes with no
-parameters: the driver then skips its placeholder parsing and per-value
-adapters, which were a tenth of a one-by-one enqueue's client CPU. The server
-receives the same statement either way; with server-side binding (a project's
-``OPTIONS``), or on SQLite, which binds for real and keeps prepared statements
-by their text, every per-row value stays a parameter so the text stays the same.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -57,20 +46,6 @@ _PLAIN_TYPES = frozenset({str, int, float, bool, dict, list, uuid.UUID, datetime
 #: differently (no quote, backslash, percent sign, space or non-ASCII character).
 #: Anything else is a parameter.
 _PLAIN_TEXT = re.compile(r"[A-Za-z0-9_.:/@+-]{1,100}")
-
-#: A row's own text value written into the SQL as a literal (where the driver would
-#: merge it on the client anyway): printable ASCII without a quote, a backslash or a
-#: percent sign, so no dialect, quoting mode or placeholder parser reads it
-#: differently. JSON of plain arguments fits; anything else stays a parameter.
-_SAFE_LITERAL = re.compile(r"[ -$&(-\[\]-~]*")
-
-try:  # psycopg 3's JSON adapters (what Django's JSONField sends on PostgreSQL with it)
-    from psycopg.types.json import Json as _Json
-    from psycopg.types.json import Jsonb as _Jsonb
-
-    _JSON_WRAPPERS: tuple[type, ...] = (_Json, _Jsonb)
-except ImportError:  # pragma: no cover - MySQL/SQLite-only installs
-    _JSON_WRAPPERS = ()
 
 #: Empty text, and the JSON of an empty list or dict, as SQL literals (what the
 #: fields would send as parameters).
@@ -117,9 +92,6 @@ class _InsertShape:
             col = field.get_col(meta.db_table)
             found = [*ops.get_db_converters(col), *field.get_db_converters(connection)]
             self.converters[field.attname] = (col, found)
-        #: The driver merges parameters into the SQL itself (psycopg's default
-        #: ClientCursor, mysqlclient), so a row's values may be merged here instead.
-        self.inline = _binds_on_client(connection)
         # A field whose pre_save hook does more than read the attribute (auto_now, a
         # custom field) keeps the ORM's path, which calls it.
         self.plain = all(
@@ -129,43 +101,22 @@ class _InsertShape:
         )
 
 
-def _binds_on_client(connection: BaseDatabaseWrapper) -> bool:
-    """Whether the connection's driver merges parameters into the SQL before sending it:
-    mysqlclient always, psycopg unless Django's ``server_side_binding`` is on. SQLite
-    binds for real (and keeps its prepared statements by their SQL text)."""
-    vendor = connection.vendor
-    if vendor == "mysql":
-        return True
-    if vendor != "postgresql":
-        return False
-    options = connection.settings_dict.get("OPTIONS") or {}
-    return options.get("server_side_binding") is not True
-
-
 #: Per (database alias, model): its INSERT's fixed part.
 _shapes: dict[tuple[str, type[Any]], _InsertShape] = {}
 
 
 def _shape(model: type[Job], using: str, connection: BaseDatabaseWrapper) -> _InsertShape:
     shape = _shapes.get((using, model))
-    if (
-        shape is None
-        or shape.vendor != connection.vendor
-        or shape.inline != _binds_on_client(connection)  # OPTIONS changed (a test's)
-    ):
+    if shape is None or shape.vendor != connection.vendor:
         shape = _shapes[(using, model)] = _InsertShape(model, connection)
     return shape
 
 
 class _Statement:
     """One row shape's INSERT: its SQL, the parameters, and which of them each row
-    fills in (``(position, attname, field)``), and the columns it stamps.
+    fills in (``(position, attname, field)``), and the columns it stamps."""
 
-    ``pieces`` is the SQL cut at its placeholders, for writing a row's own values
-    into it as literals where the driver binds on the client (None: no per-row value).
-    """
-
-    __slots__ = ("params", "per_row", "pieces", "sql", "stamped")
+    __slots__ = ("params", "per_row", "sql", "stamped")
 
     def __init__(
         self,
@@ -178,10 +129,6 @@ class _Statement:
         self.params = params
         self.per_row = per_row
         self.stamped = stamped
-        pieces = sql.split("%s") if per_row else None
-        # Every "%s" is a placeholder (no literal holds a percent sign); if that ever
-        # failed to hold, the values simply stay parameters.
-        self.pieces = pieces if pieces is not None and len(pieces) == len(params) + 1 else None
 
 
 class RowStatements:
@@ -267,16 +214,13 @@ class PreparedInsert:
         self,
         shape: _InsertShape,
         statement: _Statement,
-        params: list[Any] | None,
+        params: list[Any],
         using: str,
         connection: BaseDatabaseWrapper,
-        sql: str | None = None,
     ) -> None:
         self.shape = shape
         self.statement = statement
-        #: The SQL sent: the statement's, or with this row's values written into it.
-        self.sql = statement.sql if sql is None else sql
-        #: None when every value is in the SQL (the driver then parses no placeholder).
+        self.sql = statement.sql
         self.params = params
         self.returns = bool(statement.stamped) and shape.returns
         self.using = using
@@ -322,56 +266,11 @@ def prepare_insert(
     if statement is None:
         return None
     params = statement.params
-    if not statement.per_row:
-        return PreparedInsert(shape, statement, params, using, connection)
-    params = params.copy()
-    for index, attname, field in statement.per_row:
-        params[index] = field.get_db_prep_save(values[attname], connection)
-    pieces = statement.pieces
-    if pieces is None or not shape.inline:
-        return PreparedInsert(shape, statement, params, using, connection)
-    sql, kept = _merge(statement, pieces, params)
-    return PreparedInsert(shape, statement, kept, using, connection, sql)
-
-
-def _merge(
-    statement: _Statement, pieces: list[str], params: list[Any]
-) -> tuple[str, list[Any] | None]:
-    """The SQL with this row's own values written in as literals where they are plain
-    (see :data:`_SAFE_LITERAL`), and the parameters left (None if none is)."""
-    per_row = {index for index, _, _ in statement.per_row}
-    parts = [pieces[0]]
-    kept: list[Any] = []
-    for position, value in enumerate(params):
-        text = _literal(value) if position in per_row else None
-        if text is None:
-            parts.append("%s")
-            kept.append(value)
-        else:
-            parts.append(text)
-        parts.append(pieces[position + 1])
-    return "".join(parts), kept or None
-
-
-def _literal(value: Any) -> str | None:
-    """``value`` (as prepared for the database) as an SQL literal that means the same on
-    every client-binding driver, or None where it must stay a parameter.
-
-    An untyped literal takes its column's type in an INSERT's VALUES, so a UUID is
-    its hex digits (as PostgreSQL's driver and every other backend's field send it)
-    and JSON its text.
-    """
-    kind = type(value)
-    if kind is uuid.UUID:
-        return f"'{value.hex}'"
-    if kind is str:
-        text = value
-    elif kind in _JSON_WRAPPERS:
-        dumped = (value.dumps or json.dumps)(value.obj)
-        text = dumped.decode() if isinstance(dumped, bytes) else dumped
-    else:
-        return None
-    return f"'{text}'" if _SAFE_LITERAL.fullmatch(text) else None
+    if statement.per_row:
+        params = params.copy()
+        for index, attname, field in statement.per_row:
+            params[index] = field.get_db_prep_save(values[attname], connection)
+    return PreparedInsert(shape, statement, params, using, connection)
 
 
 def _compile(
