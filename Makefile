@@ -113,7 +113,7 @@ bench: venv databases
 # Ours beside pgqueuer, Oban, procrastinate, django-tasks-db and Huey on Redis (writes
 # benchmarks/peers.md); the peers go into var/peers-venv, never into the project's venv.
 bench-peers: venv databases
-	$(PY) benchmarks/peers.py
+	$(PY) benchmarks/peers.py --readme
 
 # The long profile of the schedule test: a real one-minute schedule for 3.5 minutes
 # across four worker processes (one killed and replaced), on each database; CI runs a

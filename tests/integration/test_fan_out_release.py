@@ -210,12 +210,15 @@ def test_a_sibling_waiting_for_the_dependents_lock_sees_the_others_edge() -> Non
 
 #: Sessions of this database waiting for a row lock right now. On MariaDB a locking
 #: read of one primary key waits inside the optimizer (state "Statistics"), before
-#: INNODB_TRX lists it as waiting: the statement still running is what shows.
+#: INNODB_TRX lists it as waiting: the statement still running is what shows. So does an
+#: UPDATE queued on a row lock (the workflow's counter shard, written before the
+#: dependents' lock), in state "Updating".
 LOCK_WAITERS = {
     "postgresql": "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
     "WHERE NOT l.granted AND a.datname = current_database()",
-    "mysql": "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
-    "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE '%%FOR UPDATE%%'",
+    "mysql": "SELECT count(*) FROM information_schema.PROCESSLIST p WHERE p.DB = DATABASE() "
+    "AND p.ID <> CONNECTION_ID() AND p.COMMAND = 'Query' AND (p.INFO LIKE '%%FOR UPDATE%%' "
+    "OR (p.STATE = 'Updating' AND p.INFO LIKE 'UPDATE%%'))",
 }
 
 
