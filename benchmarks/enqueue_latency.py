@@ -17,7 +17,10 @@ Per round, alternating the order (ABBA), each contender's table emptied first:
   meets on this machine.
 
 Then, once per round: the time one ``enqueue()`` adds inside a request's own
-transaction (``bench.measure.Bench.enqueue_in_transaction``: p50 and p99), and
+transaction (``bench.measure.Bench.enqueue_in_transaction``: p50 and p99), on
+PostgreSQL its breakdown (``ladder:`` figures, ``--ladder`` samples per rung: a bare
+round trip, our INSERT alone, through Django's cursor, the enqueue first and second
+in its transaction, its Python alone; see ``Contenders.ladder``), and
 async producers through Django's ASGI handler (``AsyncClient``): an ``async def``
 view awaiting ``noop.aenqueue()`` against a sync view calling ``noop.enqueue()``
 (which the ASGI handler runs in its thread) and an async view awaiting
@@ -29,6 +32,8 @@ own time inside the view. One worker wake-up socket is bound in the hint folder
 with ``prepare_threshold=5`` (as enqueue_peers.py): psycopg then prepares the INSERT,
 which saves the server its parse and plan per enqueue; a project can choose that only
 without transaction pooling, so it is a separate figure, not the default one.
+``--prepare`` sets ``prepare_threshold=5`` alone: Django keeps binding on the client,
+and our INSERT (only it) goes through a server-binding cursor that psycopg prepares.
 """
 
 from __future__ import annotations
@@ -271,6 +276,90 @@ class Contenders:
             "pgqueuer_server_us": (backend_cpu_seconds(pid) - server) / count * 1e6,
         }
 
+    def ladder(self, count: int) -> dict[str, float]:
+        """Where an in-transaction ``enqueue()`` call's time goes: p50 of each rung, in µs.
+
+        Every sample opens a transaction with ``SELECT 1`` (as
+        ``Bench.enqueue_in_transaction`` does) and times one rung; the rungs take
+        turns, sample by sample, so a change in the machine's load reaches them all
+        alike. The rungs: a ``SELECT 1`` round trip (the wire and the two wake-ups,
+        no work); our INSERT as one literal statement on Django's own psycopg
+        connection (the statement's server time on top); the same INSERT with its
+        parameters through Django's cursor (Django's cursor wrapper and psycopg's
+        client-side binding on top); our ``enqueue()`` first in its transaction and a
+        second one in the same transaction (a per-transaction cost would show as a
+        difference); and the enqueue's Python alone (the row built and its INSERT
+        prepared, nothing sent). Only on PostgreSQL (the literal rung is psycopg's).
+        """
+        import uuid
+
+        import psycopg
+        from django.db import transaction
+
+        from django_arcature.manager.row_insert import prepare_insert
+        from django_arcature.models import Job
+
+        connection = self.connection
+        alias = connection.alias
+        noop = self.noop
+
+        def build() -> Any:
+            row, statements = Job.objects._build(
+                noop.name, args=(), kwargs=None, queue=None, priority=None, delay=None,
+                run_at=None, max_attempts=None, unique_key=None, backend="",
+            )  # fmt: skip
+            return row, prepare_insert(row, alias, statements)
+
+        _, prepared = build()
+        assert prepared is not None
+        connection.ensure_connection()
+        raw = connection.connection
+        literal = psycopg.ClientCursor(raw).mogrify(prepared.sql, prepared.params)
+        ident = next(
+            text for text in (prepared.params[0].hex, str(prepared.params[0])) if text in literal
+        )
+        dashed = "-" in ident
+
+        def select_one() -> None:
+            raw.execute("SELECT 1").fetchone()
+
+        def literal_insert() -> None:
+            fresh = uuid.uuid4()
+            raw.execute(literal.replace(ident, str(fresh) if dashed else fresh.hex)).fetchone()
+
+        def cursor_insert() -> None:
+            params = list(prepared.params)
+            params[0] = uuid.uuid4()
+            with connection.cursor() as cursor:
+                cursor.execute(prepared.sql, params)
+                cursor.fetchone()
+
+        def second_enqueue() -> None:
+            noop.enqueue()
+
+        rungs: list[tuple[str, Any, bool]] = [
+            ("round trip: SELECT 1", select_one, False),
+            ("our INSERT, literal, on Django's psycopg connection", literal_insert, False),
+            ("our INSERT, with parameters, through Django's cursor", cursor_insert, False),
+            ("enqueue(), first in its transaction", noop.enqueue, False),
+            ("enqueue(), second in the same transaction", second_enqueue, True),
+            ("enqueue's Python alone: row built, INSERT prepared", build, False),
+        ]
+        samples: dict[str, list[float]] = {name: [] for name, _, _ in rungs}
+        self.clear()
+        for index in range(count * len(rungs)):
+            name, rung, after_one = rungs[index % len(rungs)]
+            with transaction.atomic(using=alias):
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                if after_one:
+                    noop.enqueue()
+                started = time.perf_counter()
+                rung()
+                samples[name].append((time.perf_counter() - started) * 1e6)
+        self.clear()
+        return {f"ladder: {name}": statistics.median(times) for name, times in samples.items()}
+
     def asgi(self, count: int) -> dict[str, float]:
         """Requests per second through the ASGI handler, per view."""
         from asgiref.sync import async_to_sync
@@ -311,6 +400,8 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     os.environ["DATABASE_URL"] = URLS[db]
     if options.server_binding and db == "postgres":
         os.environ["ARCATURE_BENCH_SERVER_BINDING"] = "1"
+    elif options.prepare and db == "postgres":
+        os.environ["ARCATURE_BENCH_PREPARE_THRESHOLD"] = "5"
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.peer_settings"
     from benchmarks.run import ensure_database
 
@@ -331,6 +422,7 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "db": db,
         "server_binding": bool(options.server_binding and db == "postgres"),
+        "prepare": bool(options.prepare and not options.server_binding and db == "postgres"),
         "load_before": load_average(),
     }
     try:
@@ -344,6 +436,8 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
             for name in order:
                 measured.update(contenders.rate(name, options.jobs))
             measured.update(contenders.measure.enqueue_in_transaction(options.jobs))
+            if db == "postgres":
+                measured.update(contenders.ladder(options.ladder))
             measured.update(contenders.asgi(options.requests))
             rounds.append(measured)
     finally:
@@ -376,11 +470,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000, help="enqueues per contender and round")
     parser.add_argument("--requests", type=int, default=500, help="ASGI requests per view")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--ladder", type=int, default=500, help="PostgreSQL: samples per rung of the breakdown"
+    )
     parser.add_argument("--no-pgqueuer", action="store_true")
     parser.add_argument(
         "--server-binding",
         action="store_true",
         help="PostgreSQL: server-side binding with prepared statements for our connection",
+    )
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="PostgreSQL: prepare_threshold=5 alone (client-side binding): our INSERT prepared",
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()

@@ -8,6 +8,8 @@ connection, server and disk.
 one connection both contenders share psycopg's server-side binding with prepared
 statements (Django's ``OPTIONS``: ``server_side_binding`` and ``prepare_threshold``),
 as a project that does not pool in transaction mode may configure it.
+``ARCATURE_BENCH_PREPARE_THRESHOLD=N`` (``enqueue_latency.py --prepare``) sets only
+``prepare_threshold``: client-side binding stays, and our INSERT alone is prepared.
 """
 
 from __future__ import annotations
@@ -23,4 +25,8 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 if os.environ.get("ARCATURE_BENCH_SERVER_BINDING") == "1":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         server_side_binding=True, prepare_threshold=5
+    )
+elif os.environ.get("ARCATURE_BENCH_PREPARE_THRESHOLD"):
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        prepare_threshold=int(os.environ["ARCATURE_BENCH_PREPARE_THRESHOLD"])
     )

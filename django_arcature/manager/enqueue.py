@@ -31,7 +31,13 @@ from django_arcature.registry import prepare_enqueue
 from .base import JobWriter
 from .bulk_rows import BulkRows
 from .missing_table import add_migrate_hint, migrate_hint
-from .row_insert import PreparedInsert, RowStatements, insert_row, prepare_insert
+from .row_insert import (
+    PreparedInsert,
+    RowStatements,
+    insert_row,
+    prepare_insert,
+    preparing_cursor_class,
+)
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
@@ -642,12 +648,20 @@ async def _aexecute(prepared: PreparedInsert) -> Any:
     from django_arcature.db.conflicts import LOCK_RETRY_ATTEMPTS, is_lock_conflict
 
     using, connection = prepared.using, prepared.connection
+    # Where the project allows prepared statements but binds on the client, the INSERT
+    # goes through a server-binding cursor (which psycopg prepares), as on the sync path.
+    preparing = preparing_cursor_class(connection) is not None
     for attempt in range(1, LOCK_RETRY_ATTEMPTS + 1):
         try:
             try:
                 conn = await async_pg.async_connection(using)
                 try:
-                    cursor = await conn.execute(prepared.sql, prepared.params)
+                    if preparing:
+                        cursor = await psycopg.AsyncCursor(conn).execute(
+                            prepared.sql, prepared.params
+                        )
+                    else:
+                        cursor = await conn.execute(prepared.sql, prepared.params)
                     return await cursor.fetchone() if prepared.returns else None
                 except psycopg.OperationalError:
                     await async_pg.discard(using)  # the connection may be gone

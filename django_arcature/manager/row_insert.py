@@ -36,7 +36,13 @@ from django_arcature.enqueueing import save_new
 if TYPE_CHECKING:
     from django_arcature.models import Job
 
-__all__ = ["PreparedInsert", "RowStatements", "insert_row", "prepare_insert"]
+__all__ = [
+    "PreparedInsert",
+    "RowStatements",
+    "insert_row",
+    "prepare_insert",
+    "preparing_cursor_class",
+]
 
 #: Values that are never an SQL expression (checked first: most of a row's values).
 _PLAIN_TYPES = frozenset({str, int, float, bool, dict, list, uuid.UUID, datetime})
@@ -99,6 +105,41 @@ class _InsertShape:
             or (isinstance(field, DateField) and not (field.auto_now or field.auto_now_add))
             for field, _, _ in self.fields
         )
+
+
+def preparing_cursor_class(connection: BaseDatabaseWrapper) -> type[Any] | None:
+    """Django's server-binding psycopg cursor, where the project allows prepared
+    statements on this connection but binds parameters on the client; else None.
+
+    A project that sets ``OPTIONS["prepare_threshold"]`` on a PostgreSQL alias says
+    its connections may hold prepared statements (no transaction-mode pooler in the
+    way), yet with Django's default client-side binding psycopg never prepares
+    anything. The INSERT then goes through a server-binding cursor of the same
+    connection, wrapped by Django as any cursor is (execute wrappers, query logging,
+    error wrapping), so psycopg prepares it after that many executions and the
+    server no longer parses and plans it per enqueue. With ``server_side_binding``
+    Django's own cursor prepares already; without the option (Django's default)
+    nothing changes, so PgBouncer in transaction mode keeps working. Read per call
+    (two lookups): a test may change the options of a closed connection.
+    """
+    if connection.vendor != "postgresql":
+        return None
+    options = connection.settings_dict.get("OPTIONS") or {}
+    if options.get("prepare_threshold") is None or options.get("server_side_binding") is True:
+        return None
+    global _server_binding_cursor
+    if _server_binding_cursor is None:
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        if not is_psycopg3:
+            return None
+        from django.db.backends.postgresql.base import ServerBindingCursor
+
+        _server_binding_cursor = ServerBindingCursor
+    return _server_binding_cursor
+
+
+_server_binding_cursor: type[Any] | None = None
 
 
 #: Per (database alias, model): its INSERT's fixed part.
@@ -193,7 +234,7 @@ def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> 
     connection = connections[using]
     # What transaction.mark_for_rollback_on_error() does, without a generator per call.
     try:
-        with connection.cursor() as cursor:
+        with _cursor(connection, preparing_cursor_class(connection)) as cursor:
             cursor.execute(prepared.sql, prepared.params)
             returned = cursor.fetchone() if prepared.returns else None
     except Exception:
@@ -202,6 +243,17 @@ def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> 
         raise
     prepared.finish(row, returned)
     return True
+
+
+def _cursor(connection: BaseDatabaseWrapper, cursor_class: type[Any] | None) -> Any:
+    """Django's cursor, or (``cursor_class``) one of that class on the same connection,
+    opened and wrapped the way ``connection.cursor()`` opens and wraps its own."""
+    if cursor_class is None:
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(cursor_class(connection.connection))  # type: ignore[attr-defined]
 
 
 class PreparedInsert:

@@ -165,6 +165,36 @@ def test_a_lost_async_connection_fails_one_enqueue_and_the_next_reconnects() -> 
     assert sorted(j.payload["args"][0] for j in Job.objects.all()) == ["after", "first"]
 
 
+@pytest.mark.only_on("postgresql", reason="the loop's own connection is PostgreSQL's")
+@pytest.mark.pgbouncer(False, reason="prepared statements live in one server session")
+def test_a_prepare_threshold_alone_prepares_the_insert_on_the_loops_connection() -> None:
+    """``prepare_threshold`` without ``server_side_binding``: as on the sync path, the
+    INSERT goes through a server-binding cursor, which psycopg prepares, and the rows
+    are the ones ``enqueue()`` writes."""
+    options = connection.settings_dict["OPTIONS"]
+    saved = dict(options)
+
+    async def scenario() -> tuple[list[Job], list[str]]:
+        jobs = [await echo.aenqueue("prepared", n=index) for index in range(3)]
+        own = await async_pg.async_connection("default")
+        cursor = await own.execute(
+            "SELECT statement FROM pg_prepared_statements WHERE NOT from_sql"
+        )
+        return jobs, [statement for (statement,) in await cursor.fetchall()]
+
+    options.update(prepare_threshold=1)
+    try:
+        jobs, prepared = run(scenario)
+    finally:
+        options.clear()
+        options.update(saved)
+    assert [s for s in prepared if s.startswith(f'INSERT INTO "{Job._meta.db_table}"')], prepared
+    for index, found in enumerate(jobs):
+        stored = Job.objects.get(pk=found.pk)
+        assert stored.payload == {"args": ["prepared"], "kwargs": {"n": index}}
+        assert (stored.created_at, stored.available_at) == (found.created_at, found.available_at)
+
+
 def test_called_through_async_to_sync_it_joins_the_callers_transaction() -> None:
     """A sync caller (a test case, a sync view) inside atomic(): the job is written in
     its transaction and rolled back with it, as enqueue() would be."""

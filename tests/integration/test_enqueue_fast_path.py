@@ -173,6 +173,66 @@ def test_a_server_side_binding_connection_prepares_the_insert_and_writes_the_sam
         assert {name: getattr(job, name) for name in row} == row
 
 
+@pytest.mark.only_on("postgresql")
+@pytest.mark.pgbouncer(False, reason="prepared statements live in one server session")
+@pytest.mark.django_db(transaction=True)
+def test_a_prepare_threshold_alone_prepares_the_insert_and_wrappers_still_see_it() -> None:
+    """``prepare_threshold`` without ``server_side_binding``: Django keeps binding on the
+    client (nothing of the project's is prepared), while the enqueue's INSERT goes
+    through a server-binding cursor of the same connection that psycopg prepares. An
+    execute wrapper still sees that INSERT with its parameters; an enqueue that loses a
+    held unique key still returns the holder (the server's error arrives as Django's
+    IntegrityError); the rows are the ones a default connection writes."""
+    from django.db import transaction
+
+    options = connection.settings_dict["OPTIONS"]
+    saved = dict(options)
+    seen: list[tuple[str, Any]] = []
+
+    def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    connection.close()
+    options.update(prepare_threshold=1)
+    try:
+        with connection.execute_wrapper(spy):
+            bound = [add.using(queue="q1", priority=3).enqueue(2, b=3) for _ in range(3)]
+            with transaction.atomic():
+                bound.append(add.using(queue="q1", priority=3).enqueue(2, b=3))
+            for _ in range(3):  # the project's own statement, run as often
+                Job.objects.filter(queue="q1").count()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+            prepared = [statement for (statement,) in cursor.fetchall()]
+        # A server error on that cursor is Django's (wrapped): the losing enqueue of a
+        # held key catches IntegrityError under its savepoint and gets the holder. (The
+        # savepoint's rollback makes psycopg deallocate what it prepared: it re-prepares.)
+        with transaction.atomic():
+            holder = noop.using(unique_key="taken").enqueue()
+            for _ in range(3):
+                assert noop.using(unique_key="taken").enqueue().pk == holder.pk
+            assert Job.objects.filter(unique_key="taken").count() == 1  # still usable
+    finally:
+        connection.close()
+        options.clear()
+        options.update(saved)
+    table = f'INSERT INTO "{Job._meta.db_table}"'
+    assert [s for s in prepared if s.startswith(table)], prepared
+    assert not [s for s in prepared if not s.startswith(table)], prepared  # client-bound
+    inserts = [(sql, params) for sql, params in seen if sql.startswith(table)]
+    assert len(inserts) == len(bound) == 4
+    assert all("%s" in sql for sql, _ in inserts)  # the wrapper sees placeholders ...
+    for job, (_, params) in zip(bound, inserts, strict=True):
+        assert str(job.pk) in map(str, params)  # ... and each enqueue's own parameters
+    inlined = add.using(queue="q1", priority=3).enqueue(2, b=3)
+    expected = {k: v for k, v in _stored(inlined).items() if k not in _PER_JOB}
+    for job in bound:
+        row = _stored(job)
+        assert {k: v for k, v in row.items() if k not in _PER_JOB} == expected
+        assert {name: getattr(job, name) for name in row} == row
+
+
 # --- statements kept between calls ----------------------------------------------------
 
 
