@@ -188,9 +188,18 @@ class CompletionWrites(JobWriter):
         return [written.outcome for written in self.write_completions(completions)]
 
     def write_completions(
-        self, completions: Sequence[Completion], *, batched: bool = True
+        self,
+        completions: Sequence[Completion],
+        *,
+        batched: bool = True,
+        plain_alone: bool = False,
     ) -> list[Written]:
         """Write fenced completions in one transaction; what became of each, in order.
+
+        ``plain_alone`` (the worker's flush) lets the jobs that are no workflow or
+        batch member be written by one statement of their own, in autocommit, before
+        the members' transaction (``Driver.complete_plain``): each completion is still
+        atomic with what it settles, but the batch is no longer one transaction.
 
         ``Written.completion`` is the completion that was written: the one given,
         or the ``dead`` one that replaced it when its data could not be stored.
@@ -216,7 +225,7 @@ class CompletionWrites(JobWriter):
         landed: set[ClaimKey] = set()
         rest: Sequence[_Prepared] = prepared
         try:
-            if not single and self._plain_fits(driver, prepared):
+            if plain_alone and not single and self._plain_fits(driver, prepared):
                 done, rest = _retry_on_lock_conflict(
                     self.db, lambda: self._write_plain(driver, prepared)
                 )

@@ -592,7 +592,9 @@ class Worker(HandlerThreads):
         manager = Job.objects.db_manager(self.using)
         written = self._guarded(
             "completion",
-            lambda: manager.write_completions([done.completion for done in batch]),
+            lambda: manager.write_completions(
+                [done.completion for done in batch], plain_alone=True
+            ),
         )
         if written is None:
             self._note_flush_failure()

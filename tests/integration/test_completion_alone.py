@@ -42,6 +42,11 @@ def succeeded(job_id: uuid.UUID) -> Completion:
     return Completion(job_id, claim_token(job_id), "succeeded", attempt_log=log)
 
 
+def write(completions: list[Completion]) -> list[ClaimTransition]:
+    """The worker's flush: plain jobs may go alone (``plain_alone``)."""
+    return [w.outcome for w in Job.objects.write_completions(completions, plain_alone=True)]
+
+
 @contextmanager
 def statements() -> Iterator[list[tuple[str, bool]]]:
     """Each statement sent while inside: (its SQL, whether it ran in a transaction)."""
@@ -89,7 +94,7 @@ def test_a_flush_of_plain_jobs_is_one_statement_outside_any_transaction(
     completions = [succeeded(job_id) for job_id in plain]
 
     with statements() as seen:
-        assert Job.objects.complete_batch(completions) == [ClaimTransition.UPDATED] * 5
+        assert write(completions) == [ClaimTransition.UPDATED] * 5
 
     assert len(seen) == 1, seen
     sql, in_transaction = seen[0]
@@ -106,7 +111,7 @@ def test_members_are_written_with_their_release_in_one_transaction(make_jobs: Ma
     completions = [succeeded(plain[0]), succeeded(root), succeeded(plain[1])]
 
     with statements() as seen:
-        outcomes = Job.objects.complete_batch(completions)
+        outcomes = write(completions)
 
     assert outcomes == [ClaimTransition.UPDATED] * 3
     updates = [(sql, inside) for sql, inside in seen if sql.lstrip().startswith("WITH")]
@@ -125,13 +130,13 @@ def test_a_failure_between_the_two_writes_loses_nothing_and_releases_once(
     completions = [succeeded(plain[0]), succeeded(root), succeeded(plain[1]), succeeded(plain[2])]
 
     with failing_after_first_update(), pytest.raises(OperationalError):
-        Job.objects.complete_batch(completions)
+        write(completions)
     # Where the plain jobs went alone, they landed; the member did not, nor its release.
     assert fresh(root).status == JobStatus.RUNNING
     assert fresh(child).status == JobStatus.WAITING
 
     # The worker writes the same batch again once the database answers.
-    assert Job.objects.complete_batch(completions) == [ClaimTransition.UPDATED] * 4
+    assert write(completions) == [ClaimTransition.UPDATED] * 4
     assert {fresh(job_id).status for job_id in plain} == {JobStatus.SUCCEEDED}
     assert fresh(root).status == JobStatus.SUCCEEDED
     assert fresh(child).status == JobStatus.PENDING
@@ -143,7 +148,7 @@ def test_inside_a_callers_transaction_nothing_is_written_outside_it(make_jobs: M
     completions = [succeeded(job_id) for job_id in plain]
 
     with statements() as seen, transaction.atomic():
-        outcomes = Job.objects.complete_batch(completions)
+        outcomes = write(completions)
         transaction.set_rollback(True)  # the caller rolls back
 
     assert outcomes == [ClaimTransition.UPDATED] * 3
@@ -160,7 +165,23 @@ def test_a_stale_claim_next_to_plain_jobs_stays_lost(make_jobs: MakeJobs) -> Non
     Job.objects.filter(id=stale).update(claim_token=uuid.uuid4())  # re-claimed elsewhere
     completions = [succeeded(plain[0]), stale_completion, succeeded(plain[1])]
 
-    outcomes = Job.objects.complete_batch(completions)
+    outcomes = write(completions)
 
     assert outcomes == [ClaimTransition.UPDATED, ClaimTransition.LOST, ClaimTransition.UPDATED]
     assert fresh(stale).status == JobStatus.RUNNING
+
+
+def test_complete_batch_still_writes_the_whole_batch_in_one_transaction(
+    make_jobs: MakeJobs,
+) -> None:
+    """The public ``complete_batch`` promises one transaction: without ``plain_alone``
+    a failure while settling the member leaves the plain jobs unwritten as well."""
+    root, child = member_flow("one transaction")
+    plain = make_jobs(2)
+    completions = [succeeded(plain[0]), succeeded(root), succeeded(plain[1])]
+
+    with failing_after_first_update(), pytest.raises(OperationalError):
+        Job.objects.complete_batch(completions)
+
+    assert {fresh(job_id).status for job_id in [*plain, root]} == {JobStatus.RUNNING}
+    assert fresh(child).status == JobStatus.WAITING
