@@ -255,6 +255,33 @@ def update_from_json_members(
     return _changed(found), _members(found)
 
 
+def update_plain_from_json(
+    connection: BaseDatabaseWrapper,
+    model: Any,
+    rows: Sequence[CompletionRow],
+    members: MemberTable,
+) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+    """:func:`update_from_json` of the rows whose jobs are not in ``members``, in one
+    statement that needs no transaction; returns (changed ids, member ids left alone).
+
+    Why: a flush of plain jobs is then one round trip in autocommit, not ``BEGIN``,
+    the ``UPDATE`` and ``COMMIT`` (two thirds of a flush's round trips, and of the
+    server's statements, in a drain). A member is never written here: its completion
+    and the settling of its dependents share one transaction, which the caller opens
+    for the members named back. The probe sees every member, for the reason given in
+    :func:`update_from_json_members`. A batch the JSON form cannot carry is written
+    by nobody here: every row is handed back, to the caller's transaction.
+    """
+    try:
+        sql, params = _json_statement(connection, model, rows, members, alone=True)
+    except _NotPlain:
+        return set(), {as_uuid(job_id) for job_id, _, _ in rows}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchall()
+    return {as_uuid(row[0]) for row in found if not row[1]}, _members(found)
+
+
 def _json_rows(
     connection: BaseDatabaseWrapper,
     model: Any,
@@ -275,6 +302,8 @@ def _json_statement(
     model: Any,
     rows: Sequence[CompletionRow],
     members: MemberTable | None = None,
+    *,
+    alone: bool = False,
 ) -> tuple[str, list[Any]]:
     meta = model._meta
     first_fields = rows[0][2]
@@ -305,12 +334,14 @@ def _json_statement(
             how = _SCALAR
         shape.append((name, how, 0.0))
         varying.append((name, how, field))
-    key = (meta.db_table, tuple(shape), members)
+    key = (meta.db_table, tuple(shape), members, alone)
     sql = _JSON_STATEMENTS.get(key)
     if sql is None:
         if len(_JSON_STATEMENTS) >= _MAX_STATEMENTS:  # never reached by the transitions
             _JSON_STATEMENTS.clear()
-        sql = _JSON_STATEMENTS[key] = _build_json_sql(connection, model, shape, members)
+        sql = _JSON_STATEMENTS[key] = _build_json_sql(
+            connection, model, shape, members, alone=alone
+        )
     # UUIDs as their 32 hex digits, which PostgreSQL's uuid input takes as it takes the
     # hyphenated form: ``.hex`` costs a third of ``str()``, twice a row.
     document = [
@@ -330,8 +361,14 @@ def _build_json_sql(
     model: Any,
     shape: Sequence[tuple[str, str, float]],
     members: MemberTable | None = None,
+    *,
+    alone: bool = False,
 ) -> str:
-    """The statement of one shape; the rows come as ``[[id, token, value, …], …]``."""
+    """The statement of one shape; the rows come as ``[[id, token, value, …], …]``.
+
+    ``alone`` (with ``members``): the form of :func:`update_plain_from_json`, whose
+    rows are ``(id, is a member)``: the members are named, never updated.
+    """
     qn = connection.ops.quote_name
     meta = model._meta
     vendor = connection.vendor
@@ -369,6 +406,25 @@ def _build_json_sql(
             picks.append(f"(e->>{position})::{field.db_type(connection)} AS {alias}")
             assignments.append(f"{column} = v.{alias}")
         position += 1
+    if alone:
+        assert members is not None
+        member_table, member_column = members
+        # `m` is read once, by the anti-join and by the final SELECT alike (a CTE is
+        # evaluated once per statement), so each row's member probe runs one time.
+        return (
+            f"WITH v AS MATERIALIZED (SELECT {', '.join(picks)} "
+            f"FROM jsonb_array_elements(%s::jsonb) AS e), "
+            f"m AS MATERIALIZED (SELECT v.arcature_id FROM v WHERE EXISTS (SELECT 1 "
+            f"FROM {qn(member_table)} AS arcature_m "
+            f"WHERE arcature_m.{qn(member_column)} = v.arcature_id)), "
+            f"u AS (UPDATE {table} SET {', '.join(assignments)} FROM v "
+            f"WHERE {table}.{qn('id')} = v.arcature_id "
+            f"AND {table}.{qn('claim_token')} = v.arcature_token "
+            f"AND {table}.{qn('status')} = v.arcature_status "
+            f"AND NOT EXISTS (SELECT 1 FROM m WHERE m.arcature_id = v.arcature_id) "
+            f"RETURNING {table}.{qn('id')}) "
+            f"SELECT u.{qn('id')}, false FROM u UNION ALL SELECT m.arcature_id, true FROM m"
+        )
     return (
         f"WITH v AS MATERIALIZED (SELECT {', '.join(picks)} "
         f"FROM jsonb_array_elements(%s::jsonb) AS e) "

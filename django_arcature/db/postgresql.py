@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db import DatabaseError
 
 from .base import ClaimedFields, CompletionRow, Driver
-from .batch import update_from_json, update_from_json_members
+from .batch import update_from_json, update_from_json_members, update_plain_from_json
 from .claimed import ClaimedJob
 from .copy_text import ChunkText, copy_text
 from .relaxed_claim import relax_claim_commit
@@ -99,6 +99,15 @@ class PostgreSQLDriver(Driver):
     ) -> tuple[set[uuid.UUID], set[uuid.UUID] | None]:
         """One statement: the batch's ``RETURNING`` probes ``members`` row by row."""
         return update_from_json_members(self.connection, model, rows, members)
+
+    def completes_plain_alone(self) -> bool:
+        return True
+
+    def complete_plain(
+        self, model: Any, rows: Sequence[CompletionRow], members: tuple[str, str]
+    ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+        """One statement: the batch's plain jobs written, its members named."""
+        return update_plain_from_json(self.connection, model, rows, members)
 
     def insert_rows(
         self, model: Any, objs: Sequence[Any], varying: Collection[str], batch_size: int

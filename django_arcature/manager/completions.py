@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError, connections, transaction
 
 from django_arcature import signals
 from django_arcature.conf import ArcatureSettings, get_settings
-from django_arcature.db import driver_for
+from django_arcature.db import Driver, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.db.budget import (
     CHUNK_TARGET_BYTES,
@@ -188,9 +188,18 @@ class CompletionWrites(JobWriter):
         return [written.outcome for written in self.write_completions(completions)]
 
     def write_completions(
-        self, completions: Sequence[Completion], *, batched: bool = True
+        self,
+        completions: Sequence[Completion],
+        *,
+        batched: bool = True,
+        plain_alone: bool = False,
     ) -> list[Written]:
         """Write fenced completions in one transaction; what became of each, in order.
+
+        ``plain_alone`` (the worker's flush) lets the jobs that are no workflow or
+        batch member be written by one statement of their own, in autocommit, before
+        the members' transaction (``Driver.complete_plain``): each completion is still
+        atomic with what it settles, but the batch is no longer one transaction.
 
         ``Written.completion`` is the completion that was written: the one given,
         or the ``dead`` one that replaced it when its data could not be stored.
@@ -213,18 +222,28 @@ class CompletionWrites(JobWriter):
         single = not driver.supports_batch_completion() or (
             not batched and not driver.fences_by_join()
         )
+        landed: set[ClaimKey] = set()
+        rest: Sequence[_Prepared] = prepared
         try:
-            landed = _retry_on_lock_conflict(self.db, lambda: self._write(prepared, single))
+            if plain_alone and not single and self._plain_fits(driver, prepared):
+                done, rest = _retry_on_lock_conflict(
+                    self.db, lambda: self._write_plain(driver, prepared)
+                )
+                landed |= done
+            if rest:
+                landed |= _retry_on_lock_conflict(self.db, lambda: self._write(rest, single))
         except DATA_ERRORS as exc:
             logger.warning(
                 "the database refused a batch of %d completion(s) (%s); writing them "
                 "one by one to find the refused row",
-                len(prepared),
+                len(rest),
                 _first_line(exc),
             )
-            prepared, landed = _retry_on_lock_conflict(
-                self.db, lambda: self._write_isolated(prepared)
+            isolated, isolated_landed = _retry_on_lock_conflict(
+                self.db, lambda: self._write_isolated(rest)
             )
+            landed |= isolated_landed
+            prepared = _replaced(prepared, rest, isolated)
         written = [
             Written(
                 ClaimTransition.UPDATED if item.key in landed else ClaimTransition.LOST,
@@ -282,6 +301,44 @@ class CompletionWrites(JobWriter):
             item.size,
         )
         return item
+
+    def _plain_fits(self, driver: Driver, prepared: Sequence[_Prepared]) -> bool:
+        """Whether the batch may go as :meth:`Driver.complete_plain`'s one statement.
+
+        Only in autocommit (inside a caller's transaction a failed statement would
+        abort it, where a savepoint lets the refused row be found), only where one
+        statement carries the whole batch (one transition's fields, no job twice,
+        within the rows and bytes a chunk of :meth:`_write` takes): the usual flush.
+        """
+        if not driver.completes_plain_alone():
+            return False
+        connection = connections[self.db]
+        if connection.in_atomic_block or not connection.get_autocommit():
+            return False
+        names = tuple(prepared[0].fields)
+        if any(tuple(item.fields) != names for item in prepared):
+            return False
+        max_bytes = min(CHUNK_TARGET_BYTES, statement_budget(self.db) - STATEMENT_OVERHEAD_BYTES)
+        return (
+            len(prepared) <= driver.BATCH_COMPLETION_ROWS
+            and sum(item.size for item in prepared) <= max_bytes
+            and len({item.key[0] for item in prepared}) == len(prepared)
+        )
+
+    def _write_plain(
+        self, driver: Driver, prepared: Sequence[_Prepared]
+    ) -> tuple[set[ClaimKey], list[_Prepared]]:
+        """The plain jobs' rows in one autocommit statement; (their landed claims, the
+        members handed back for :meth:`_write`'s transaction, which settles them).
+
+        A crash between the two writes leaves the members ``running`` under their
+        claims: their leases bring them back, and they run again (at least once),
+        their dependents still settled once, by the completion that lands.
+        """
+        rows = [(i.completion.job_id, i.completion.claim_token, i.fields) for i in prepared]
+        changed, held = driver.complete_plain(self.model, rows, _member_table())
+        landed = {item.key for item in prepared if item.key[0] in changed}
+        return landed, [item for item in prepared if item.key[0] in held]
 
     def _write(self, prepared: Sequence[_Prepared], single: bool) -> set[ClaimKey]:
         """All of ``prepared`` in one transaction; the claims whose rows changed."""
@@ -443,6 +500,15 @@ def _member_table() -> tuple[str, str]:
     column = WorkflowNode._meta.get_field("job_id").column
     assert column is not None  # a concrete field
     return WorkflowNode._meta.db_table, column
+
+
+def _replaced(
+    prepared: Sequence[_Prepared], part: Sequence[_Prepared], instead: Sequence[_Prepared]
+) -> list[_Prepared]:
+    """``prepared`` with the items of ``part`` (a subsequence of it) replaced, in order,
+    by those of ``instead`` (what :meth:`CompletionWrites._write_isolated` wrote)."""
+    replacement = {id(old): new for old, new in zip(part, instead, strict=True)}
+    return [replacement.get(id(item), item) for item in prepared]
 
 
 def _observed(model: type[Any]) -> bool:

@@ -23,6 +23,7 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
+from django_arcature import Batch
 from django_arcature.models import Job, JobStatus
 from tests.faults import jobs as fault_jobs
 from tests.faults.processes import FaultWorker, event_counts
@@ -82,8 +83,16 @@ def claim_pattern() -> bytes:
     return b"SKIP LOCKED"
 
 
-def enqueue_jobs(count: int = JOBS) -> list[str]:
+def enqueue_jobs(count: int = JOBS, *, as_batch: bool = False) -> list[str]:
+    """Plain jobs, or ``as_batch`` the members of one batch: a member's completion is
+    a transaction with a ``COMMIT`` everywhere, where on PostgreSQL a flush of plain
+    jobs is a single statement in autocommit (``Driver.complete_plain``)."""
     assert fault_jobs.ok  # registered by the import
+    if as_batch:
+        batch = Batch()
+        ids = [str(batch.add(fault_jobs.ok, n)) for n in range(count)]
+        batch.enqueue()
+        return ids
     return [str(Job.objects.enqueue("faults.ok", args=[n]).id) for n in range(count)]
 
 
@@ -139,7 +148,11 @@ def assert_exactly_once(ids: list[str], events_file: Path, *, reruns_allowed: in
 def test_completion_cut_at_each_step(
     start_worker: StartWorker, proxy: FaultProxy, events_file: Path, action: Action
 ) -> None:
-    ids = enqueue_jobs()
+    # A cut at the COMMIT needs a completion that has one: the members' transaction.
+    # The plain jobs' autocommit statement is cut before it is sent, and after it
+    # committed with its answer lost (a lost acknowledgement, as after a COMMIT).
+    at_commit = action in (Action.DROP_BEFORE_COMMIT, Action.DROP_AFTER_COMMIT)
+    ids = enqueue_jobs(as_batch=at_commit)
     rule = proxy.arm(action, b"succeeded")
     worker = start_worker("--burst", "--concurrency", "2", "--batch", "6", "--lease", str(LEASE))
     status = worker.wait(90)
@@ -154,8 +167,21 @@ def test_completion_cut_at_each_step(
 def test_completion_ack_lost_twice_in_a_row(
     start_worker: StartWorker, proxy: FaultProxy, events_file: Path
 ) -> None:
-    ids = enqueue_jobs()
+    ids = enqueue_jobs(as_batch=True)  # members: their completion has a COMMIT to cut
     rule = proxy.arm(Action.DROP_AFTER_COMMIT, b"succeeded", times=3)
+    worker = start_worker("--burst", "--concurrency", "2", "--batch", "4", "--lease", str(LEASE))
+    assert worker.wait(120) == 0, worker.log[-4000:]
+    assert rule.count == 3
+    assert_exactly_once(ids, events_file)
+
+
+def test_plain_completion_answer_lost_three_times(
+    start_worker: StartWorker, proxy: FaultProxy, events_file: Path
+) -> None:
+    """Plain jobs: on PostgreSQL their flush is one autocommit statement, which commits
+    before its answer is lost, so each rewrite is fenced out and must be recognised."""
+    ids = enqueue_jobs()
+    rule = proxy.arm(Action.DROP_RESPONSE, b"succeeded", times=3)
     worker = start_worker("--burst", "--concurrency", "2", "--batch", "4", "--lease", str(LEASE))
     assert worker.wait(120) == 0, worker.log[-4000:]
     assert rule.count == 3

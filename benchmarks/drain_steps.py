@@ -1,0 +1,110 @@
+"""Client CPU per job of a drain's two database steps, claim and completion, in one process.
+
+    .venv/bin/python benchmarks/drain_steps.py --jobs 10000 --batch 50 --flush 100
+
+Why: on a shared 2-core machine a drain's wall clock and even its CPU per job move
+with the load; these two steps, run back to back in one thread with no handler
+threads and no waits to overlap, cost about the same CPU at any load. The loop
+claims ``--batch`` jobs at a time (``Job.objects.claim``) and writes them back
+``--flush`` at a time as the worker does (``write_completions(plain_alone=True)``,
+each with its attempt log), timing each step with ``time.process_time``. Run it
+from two checkouts, alternated, to compare them (A/B). PostgreSQL by default;
+``--url`` takes any database URL ``tests/dburl.py`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_URL = "postgres://arcature:arcature@127.0.0.1:5432/" + os.environ.get(
+    "ARCATURE_BENCH_DB_NAME", "arcature_drain_steps"
+)
+
+
+def measure(jobs: int, batch: int, flush: int) -> dict[str, Any]:
+    """Enqueue ``jobs``, then claim and complete them all; CPU µs per job of each step."""
+    from django.db import connection
+
+    from django_arcature import registry
+    from django_arcature.models import Job
+    from django_arcature.transitions import Completion
+
+    registry.autodiscover()
+    with connection.cursor() as cursor:
+        verb = "DELETE FROM" if connection.vendor == "sqlite" else "TRUNCATE TABLE"
+        cursor.execute(f"{verb} {connection.ops.quote_name(Job._meta.db_table)}")
+    Job.objects.enqueue_many("bench.noop", [()] * jobs, queue="default")
+    claim_cpu = write_cpu = 0.0
+    waiting: list[Completion] = []
+    writes = 0
+    # A checkout from before `plain_alone` (the A side of an A/B) writes as its worker did.
+    accepted = inspect.signature(Job.objects.write_completions).parameters
+    options = {"plain_alone": True} if "plain_alone" in accepted else {}
+
+    def write(completions: list[Completion]) -> None:
+        nonlocal write_cpu, writes
+        started = time.process_time()
+        Job.objects.write_completions(completions, **options)
+        write_cpu += time.process_time() - started
+        writes += 1
+
+    while True:
+        started = time.process_time()
+        claimed = Job.objects.claim("drain-steps", 30, batch, queues=["default"])
+        claim_cpu += time.process_time() - started
+        if not claimed:
+            break
+        for job in claimed:
+            log = [*job.attempt_log, {"worker": "drain-steps", "error": None}]
+            waiting.append(Completion(job.id, job.claim_token, "succeeded", attempt_log=log))
+        while len(waiting) >= flush:
+            write(waiting[:flush])
+            waiting = waiting[flush:]
+    if waiting:
+        write(waiting)
+    return {
+        "vendor": connection.vendor,
+        "jobs": jobs,
+        "batch": batch,
+        "flush": flush,
+        "writes": writes,
+        "claim_cpu_us_per_job": round(claim_cpu * 1e6 / jobs, 1),
+        "completion_cpu_us_per_job": round(write_cpu * 1e6 / jobs, 1),
+        "load": " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        if Path("/proc/loadavg").exists()
+        else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=50, help="jobs per claim")
+    parser.add_argument("--flush", type=int, default=100, help="completions per write")
+    parser.add_argument("--url", default=DEFAULT_URL, help="the benchmark's database")
+    options = parser.parse_args()
+    os.environ["DATABASE_URL"] = options.url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    from benchmarks.run import ensure_database
+
+    ensure_database(options.url)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    print(json.dumps(measure(options.jobs, options.batch, options.flush)), flush=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
