@@ -23,7 +23,7 @@ from django_arcature.core.payloads import arguments_fit, ensure_payload_size
 from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.db.clock import database_now
-from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
+from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_all
 from django_arcature.exceptions import MalformedPayload
 from django_arcature.hints import hint_directory, send_hints
 from django_arcature.registry import prepare_enqueue
@@ -215,7 +215,7 @@ class EnqueueWrites(JobWriter):
         (:meth:`PostgreSQLDriver.stream_rows`); MySQL/MariaDB take ``batch_size``
         rows per INSERT, SQLite one prepared INSERT run for every row.
         """
-        items = [split_arguments(item) for item in arguments]
+        items = split_all(arguments)
         if not items:
             return []
         prepared, _, _ = self._prepare_rows(
@@ -288,8 +288,11 @@ class EnqueueWrites(JobWriter):
         def send() -> None:
             if hints is not None:
                 send_hints(using, hints)
-            for job in jobs:
-                signals.job_enqueued.send(sender=model, job=job)
+            # Asked once, not per job: a bulk enqueue's thousand sends to no receiver
+            # were 0.15-0.25 ms of client CPU per 1,000 rows.
+            if signals.job_enqueued.has_listeners(model):
+                for job in jobs:
+                    signals.job_enqueued.send(sender=model, job=job)
 
         transaction.on_commit(send, using=using)
 
