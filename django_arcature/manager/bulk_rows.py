@@ -36,6 +36,21 @@ _set = object.__setattr__
 _UNKNOWN = uuid.SafeUUID.unknown
 
 
+#: ``timedelta(microseconds=i)`` for i from 0: the offsets of a chunk's rows from its
+#: one clock reading, made once per process (replaced by a longer list if a chunk is
+#: larger: never extended in place, which two threads could interleave).
+_STEPS: list[timedelta] = [timedelta(microseconds=i) for i in range(1000)]
+
+
+def _steps(count: int) -> list[timedelta]:
+    """The first ``count`` offsets of :data:`_STEPS`."""
+    global _STEPS
+    steps = _STEPS
+    if len(steps) < count:
+        steps = _STEPS = [timedelta(microseconds=i) for i in range(count)]
+    return steps if len(steps) == count else steps[:count]
+
+
 class Chunk:
     """A run of consecutive rows as column lists, and how to make their instances."""
 
@@ -86,9 +101,10 @@ class Chunk:
 class BulkRows:
     """The validated items of one call and everything shared by their rows.
 
-    Each row reads the clock (the database's, read once per call, plus the time
-    elapsed on this host since) when its values are made, later rows never earlier
-    than the ones before them, so the rows become available in the order given.
+    Each chunk reads the clock (the database's, read once per call, plus the time
+    elapsed on this host since) when its values are made, and its rows take that
+    time a microsecond apart, each chunk's first row later than the last one before
+    it, so the rows become available in the order given.
     """
 
     def __init__(
@@ -156,15 +172,16 @@ class BulkRows:
                 check(start, start + size)
             part = items[start : start + size]
             ids = uuid7_ints(len(part))
-            payloads = []
-            created = []
-            for args, kwargs in part:
-                payloads.append({"args": args, "kwargs": kwargs})
-                now = now_utc(UTC) + skew
-                if now <= last:  # the clock stood still (or stepped back): keep the order
-                    now = last + _MICROSECOND
-                created.append(now)
-                last = now
+            payloads = [{"args": args, "kwargs": kwargs} for args, kwargs in part]
+            # One reading of the clock per chunk, its rows a microsecond apart: a row
+            # is made in well under a microsecond's worth of the old per-row reading
+            # (now() and an addition were 0.5-0.7 ms per 1,000 rows), and the next
+            # chunk reads the clock again, never earlier than this one's last row.
+            now = now_utc(UTC) + skew
+            if now <= last:  # the clock stood still (or stepped back): keep the order
+                now = last + _MICROSECOND
+            created = [now + step for step in _steps(len(part))]
+            last = created[-1]
             if run_at is not None:
                 available = [run_at] * len(part)
             elif offset is not None:

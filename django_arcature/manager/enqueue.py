@@ -504,9 +504,10 @@ class EnqueueWrites(JobWriter):
         derive_key: bool,
         unique_key: str | None,
     ) -> BulkRows:
-        """Many rows: the database's clock read once, each row offset from it by the time
-        spent making the rows before it, so the rows become available (and are claimed)
-        in the order given, as if enqueued one by one."""
+        """Many rows: the database's clock read once, each chunk of rows offset from it
+        by the time spent making the rows before it (its rows a microsecond apart), so
+        the rows become available (and are claimed) in the order given, as if enqueued
+        one by one."""
         varying = maker.varying
         if not derive_key:  # one key (or none) for every row
             varying = tuple(name for name in varying if name != "unique_key")

@@ -10,6 +10,8 @@ Every database runs the ones that do not look at the PostgreSQL builder itself.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from django.db import connection, transaction
 
 from django_arcature import job, signals
 from django_arcature.db import copy_text
+from django_arcature.manager import bulk_rows
 from django_arcature.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,3 +130,29 @@ def test_the_text_builder_is_built_once_per_shape_and_per_driver_connection(
     echo.enqueue_many([[5]])
     assert len(built) == 3  # a new driver connection: its own adapters, built afresh
     assert set(Job.objects.values_list("queue", flat=True)) == {"default", "second"}
+
+
+@pytest.mark.parametrize("step", [0.0, -5.0])
+def test_rows_keep_the_given_order_across_chunks_when_the_host_clock_stands_or_steps_back(
+    monkeypatch: pytest.MonkeyPatch, step: float
+) -> None:
+    """Each chunk reads the host clock once: when that reading is no later than the
+    previous chunk's last row (a clock standing still, or stepped back by NTP), the
+    chunk starts a microsecond after it, so the order of availability is the order
+    given across every chunk boundary."""
+    readings = [bulk_rows.datetime.now(UTC)]
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            readings.append(readings[-1] + timedelta(seconds=step))
+            return readings[-1]
+
+    monkeypatch.setattr(bulk_rows, "datetime", Clock)
+    made = echo.enqueue_many([[i] for i in range(2600)])  # several chunks on every database
+    times = [row.available_at for row in made]
+    assert times == [row.created_at for row in made]
+    assert all(later - earlier == timedelta(microseconds=1) for earlier, later in pairwise(times))
+    stored = Job.objects.order_by("available_at").values_list("payload", flat=True)
+    assert [payload["args"] for payload in stored] == [[i] for i in range(2600)]
+    assert len(readings) > 3  # the clock was read per chunk, not once
