@@ -140,7 +140,7 @@ def test_rows_keep_the_given_order_across_chunks_when_the_host_clock_stands_or_s
     previous chunk's last row (a clock standing still, or stepped back by NTP), the
     chunk starts a microsecond after it, so the order of availability is the order
     given across every chunk boundary."""
-    readings = [bulk_rows.datetime.now(UTC)]
+    readings = [datetime.now(UTC)]
 
     class Clock(datetime):
         @classmethod
