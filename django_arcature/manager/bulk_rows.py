@@ -54,7 +54,7 @@ def _steps(count: int) -> list[timedelta]:
 class Chunk:
     """A run of consecutive rows as column lists, and how to make their instances."""
 
-    __slots__ = ("available", "created", "ids", "keys", "owner", "payloads")
+    __slots__ = ("available", "created", "evenly", "ids", "keys", "owner", "payloads")
 
     def __init__(
         self,
@@ -64,6 +64,7 @@ class Chunk:
         available: list[datetime],
         created: list[datetime],
         keys: list[str | None] | None,
+        evenly: bool = False,
     ) -> None:
         self.owner = owner
         #: The ids' 128-bit values (a ``UUID`` is made for the instance only).
@@ -74,6 +75,9 @@ class Chunk:
         self.created = created
         #: One key per row, or None when every row has the call's one key (or none).
         self.keys = keys
+        #: :attr:`created` is one moment and the microseconds after it, one per row;
+        #: :attr:`available` too, or one moment for every row (``run_at``).
+        self.evenly = evenly
 
     def make(self) -> None:
         """This chunk's ``Job`` instances, appended to the call's rows."""
@@ -191,7 +195,7 @@ class BulkRows:
             keys = None
             if derive_key is not None:
                 keys = [derive_key(args, kwargs) for args, kwargs in part]
-            yield Chunk(self, ids, payloads, available, created, keys)
+            yield Chunk(self, ids, payloads, available, created, keys, evenly=True)
 
     def all(self, size: int = 1000) -> list[Job]:
         """Every row's instance (unsaved), for a driver that inserts instances."""

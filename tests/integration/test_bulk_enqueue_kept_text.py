@@ -19,7 +19,7 @@ from django.db import connection, transaction
 
 from django_arcature import job, signals
 from django_arcature.db import copy_text
-from django_arcature.manager import bulk_rows
+from django_arcature.manager import bulk_rows, enqueue
 from django_arcature.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -156,3 +156,25 @@ def test_rows_keep_the_given_order_across_chunks_when_the_host_clock_stands_or_s
     stored = Job.objects.order_by("available_at").values_list("payload", flat=True)
     assert [payload["args"] for payload in stored] == [[i] for i in range(2600)]
     assert len(readings) > 3  # the clock was read per chunk, not once
+
+
+@pytest.mark.parametrize("microsecond", [0, 999_950, 999_999])
+@pytest.mark.parametrize("delay", [None, 0.5])
+def test_times_near_a_second_boundary_are_stored_as_made(
+    monkeypatch: pytest.MonkeyPatch, microsecond: int, delay: float | None
+) -> None:
+    """A chunk's times are written from its first one's text where they stay within one
+    second; a chunk that runs into the next second, or starts on it, is stored exactly
+    as its instances hold it too."""
+    start = datetime.now(UTC).replace(microsecond=microsecond)
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return start  # standing still: every chunk starts after the one before
+
+    monkeypatch.setattr(bulk_rows, "datetime", Clock)
+    monkeypatch.setattr(enqueue, "database_now", lambda using: start)
+    made = echo.using(delay=delay).enqueue_many([[i] for i in range(300)])
+    _same_as_stored(made)
+    assert len({row.created_at.second for row in made}) == (1 if microsecond == 0 else 2)
