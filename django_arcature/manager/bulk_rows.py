@@ -177,10 +177,11 @@ class BulkRows:
             part = items[start : start + size]
             ids = uuid7_ints(len(part))
             payloads = [{"args": args, "kwargs": kwargs} for args, kwargs in part]
-            # One reading of the clock per chunk, its rows a microsecond apart: a row
-            # is made in well under a microsecond's worth of the old per-row reading
-            # (now() and an addition were 0.5-0.7 ms per 1,000 rows), and the next
-            # chunk reads the clock again, never earlier than this one's last row.
+            # One reading of the clock per chunk, its rows a microsecond apart. Read per
+            # row, the clock had mostly not moved on by a microsecond between two rows
+            # (so each was set one past the last anyway), and now() with an addition
+            # was 0.5-0.7 ms per 1,000 rows. The next chunk reads the clock again and
+            # starts after this one's last row.
             now = now_utc(UTC) + skew
             if now <= last:  # the clock stood still (or stepped back): keep the order
                 now = last + _MICROSECOND
