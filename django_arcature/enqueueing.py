@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "delay_offset",
     "new_ids",
     "save_new",
+    "split_all",
     "split_arguments",
     "uuid7_ints",
 ]
@@ -38,6 +39,18 @@ MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600
 def save_new(row: Job, using: str) -> Job:
     row.save(force_insert=True, using=using)
     return row
+
+
+def split_all(items: Iterable[Any]) -> list[tuple[list[Any], dict[str, Any]]]:
+    """:func:`split_arguments` of every item of a bulk enqueue.
+
+    A plain list of positional arguments (the usual item) is taken by an exact type
+    test, in the comprehension itself: the ``Mapping`` check that comes first in
+    :func:`split_arguments` is an ABC ``isinstance``, and with the call it was a
+    quarter of a millisecond per 1,000 items. A list is never an ``(args, kwargs)``
+    pair (only a tuple is), so the result is :func:`split_arguments`'s.
+    """
+    return [([*item], {}) if type(item) is list else split_arguments(item) for item in items]
 
 
 def split_arguments(item: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -34,6 +34,7 @@ from .core.limits import (
 from .core.payloads import (
     check_arguments,
     ensure_arguments_json,
+    plain_call_check,
     resolve_hints,
     to_json_text,
 )
@@ -97,11 +98,14 @@ class JobSpec:
     needs_arguments: bool = field(init=False, repr=False, compare=False)
     #: What :func:`prepare_enqueue` returns for this handler (the same every call).
     plan: EnqueuePlan = field(init=False, repr=False, compare=False)
+    #: "These positional arguments surely fit" (:func:`plain_call_check`), or None.
+    fits_plainly: Callable[[list[Any]], bool] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         signature = inspect.signature(self.func)
         object.__setattr__(self, "signature", signature)
         object.__setattr__(self, "hints", resolve_hints(self.func))
+        object.__setattr__(self, "fits_plainly", plain_call_check(signature, self.hints))
         variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         object.__setattr__(
             self,

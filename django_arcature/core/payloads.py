@@ -545,3 +545,93 @@ def split_payload(payload: object) -> tuple[list[Any], dict[str, Any]]:
     if not isinstance(kwargs, dict):
         raise MalformedPayload(f"payload['kwargs'] is a {type(kwargs).__name__}, not an object")
     return args, kwargs
+
+
+# --- The plain call: many enqueues of one handler ---------------------------------------
+
+#: What each simple annotation accepts, by exact type of the value (a subclass, an enum
+#: say, is left to :func:`check_arguments`, which refuses or accepts it in its words).
+_PLAIN_TYPES: dict[Any, frozenset[type]] = {
+    inspect.Parameter.empty: frozenset({str, int, float, bool, type(None)}),
+    Any: frozenset({str, int, float, bool, type(None)}),
+    object: frozenset({str, int, float, bool, type(None)}),
+    str: frozenset({str}),
+    int: frozenset({int}),
+    float: frozenset({int, float}),
+    bool: frozenset({bool}),
+    None: frozenset({type(None)}),
+    type(None): frozenset({type(None)}),
+}
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _plain_types(annotation: Any) -> frozenset[type] | None:
+    """The exact value types ``annotation`` surely accepts (``X | None`` too), or None."""
+    try:
+        found = _PLAIN_TYPES.get(annotation)
+    except TypeError:  # an unhashable annotation
+        return None
+    if found is not None:
+        return found
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        accepted: set[type] = set()
+        for arg in typing.get_args(annotation):
+            part = _plain_types(arg)
+            if part is None:
+                return None
+            accepted |= part
+        return frozenset(accepted)
+    return None
+
+
+def plain_call_check(
+    signature: inspect.Signature, hints: Mapping[str, Any]
+) -> Callable[[list[Any]], bool] | None:
+    """A quick "surely fits" for positional arguments of plain JSON values, or None.
+
+    :func:`check_arguments` binds the signature, walks each value for JSON and matches
+    its annotation: 2.8 ms per 1,000 calls of a handler with one ``str`` parameter, the
+    largest cost of a bulk enqueue of such jobs. For a handler whose parameters are all
+    positional, each with no annotation or a simple one (``str``, ``int``, ``float``,
+    ``bool``, ``Any``, a union of them or ``None``), the returned function says True
+    only when ``check_arguments(args, {})`` would accept: the count fits, and each value
+    is a ``str`` without NUL or a surrogate, an ``int`` in range, a finite ``float``
+    other than -0.0, a ``bool`` or ``None``, of a type its annotation takes. False means
+    "not sure": the caller then runs :func:`check_arguments`, which raises in its words.
+    """
+    params = list(signature.parameters.values())
+    if any(param.kind not in _POSITIONAL for param in params):
+        return None
+    accepted: list[frozenset[type]] = []
+    for param in params:
+        types_ = _plain_types(hints.get(param.name, inspect.Parameter.empty))
+        if types_ is None:
+            return None
+        accepted.append(types_)
+    high = len(params)
+    low = sum(1 for param in params if param.default is inspect.Parameter.empty)
+    low_int, high_int = _INT_RANGE
+    unstorable = _UNSTORABLE_TEXT.search
+    isfinite, copysign = math.isfinite, math.copysign
+
+    def fits(args: list[Any]) -> bool:
+        if not low <= len(args) <= high:
+            return False
+        for value, allowed in zip(args, accepted, strict=False):
+            kind = type(value)
+            if kind not in allowed:
+                return False
+            if kind is str:
+                if unstorable(value):
+                    return False
+            elif kind is int:
+                if not low_int <= value <= high_int:
+                    return False
+            elif kind is float and (
+                not isfinite(value) or (value == 0.0 and copysign(1.0, value) < 0)
+            ):
+                return False
+        return True
+
+    return fits

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from django.conf import settings
 from django.db import DatabaseError
 
 from .base import ClaimedFields, CompletionRow, Driver
@@ -167,7 +168,7 @@ class PostgreSQLDriver(Driver):
         table = connection.ops.quote_name(model._meta.db_table)
         with connection.cursor() as cursor:
             raw = cursor.cursor
-            text = ChunkText(connection, raw, model, bulk.sample(), bulk.varying, _json_text)
+            text = _chunk_text(connection, raw, model, bulk)
             columns = ", ".join(text.columns)
             with (
                 connection.wrap_database_errors,
@@ -189,6 +190,41 @@ class PostgreSQLDriver(Driver):
         if isinstance(plan, str):
             plan = json.loads(plan)
         return int(plan[0]["Plan"]["Plan Rows"])
+
+
+#: How many COPY text builders a connection keeps (one per task, queue, priority … in use).
+CHUNK_TEXTS_KEPT = 256
+
+
+def _chunk_text(connection: Any, raw_cursor: Any, model: Any, bulk: BulkRows) -> ChunkText:
+    """The COPY text builder for rows like ``bulk``'s, kept on the connection.
+
+    Building one reads the model's fields, renders every shared value and picks each
+    varying column's text function: 0.25-0.38 ms of client CPU per call, as much as
+    the Python work of 250 rows. It depends only on what the key holds: the row maker
+    (whose shared values are fixed: a kept one serves every call with the same task,
+    queue, priority …), the call's one unique key, the varying fields, ``USE_TZ``
+    (ISO times) and the driver connection whose adapters render the values. Django's
+    connection object is per thread, so no two threads share the dictionary; a new
+    driver connection (after a reconnect) starts it afresh.
+    """
+    raw_connection = raw_cursor.connection
+    kept: tuple[Any, dict[tuple[Any, ...], ChunkText]] | None = getattr(
+        connection, "_arcature_chunk_texts", None
+    )
+    if kept is None or kept[0] is not raw_connection:
+        kept = (raw_connection, {})
+        connection._arcature_chunk_texts = kept
+    texts = kept[1]
+    key = (model, bulk.maker, bulk.unique_key, bulk.varying, bool(settings.USE_TZ))
+    text = texts.get(key)
+    if text is None:
+        if len(texts) >= CHUNK_TEXTS_KEPT:
+            texts.clear()
+        text = texts[key] = ChunkText(
+            connection, raw_cursor, model, bulk.sample(), bulk.varying, _json_text
+        )
+    return text
 
 
 #: Rows per write of a streamed COPY: small enough that the server starts on a batch

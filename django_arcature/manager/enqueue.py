@@ -23,7 +23,7 @@ from django_arcature.core.payloads import arguments_fit, ensure_payload_size
 from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.db.clock import database_now
-from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_arguments
+from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_all
 from django_arcature.exceptions import MalformedPayload
 from django_arcature.hints import hint_directory, send_hints
 from django_arcature.registry import prepare_enqueue
@@ -221,7 +221,7 @@ class EnqueueWrites(JobWriter):
         (:meth:`PostgreSQLDriver.stream_rows`); MySQL/MariaDB take ``batch_size``
         rows per INSERT, SQLite one prepared INSERT run for every row.
         """
-        items = [split_arguments(item) for item in arguments]
+        items = split_all(arguments)
         if not items:
             return []
         prepared, _, _ = self._prepare_rows(
@@ -294,8 +294,11 @@ class EnqueueWrites(JobWriter):
         def send() -> None:
             if hints is not None:
                 send_hints(using, hints)
-            for job in jobs:
-                signals.job_enqueued.send(sender=model, job=job)
+            # Asked once, not per job: a bulk enqueue's thousand sends to no receiver
+            # were 0.15-0.25 ms of client CPU per 1,000 rows.
+            if signals.job_enqueued.has_listeners(model):
+                for job in jobs:
+                    signals.job_enqueued.send(sender=model, job=job)
 
         transaction.on_commit(send, using=using)
 
@@ -417,7 +420,12 @@ class EnqueueWrites(JobWriter):
                     prepare_enqueue(task, args, kwargs, checked=checked)
             else:  # the task is resolved; each further item needs only its argument check
                 validate = plan.spec.validate
+                # Plain positional values that surely fit skip the full check (which
+                # binds the signature: most of a bulk enqueue's Python work per row).
+                fits = plan.spec.fits_plainly
                 for args, kwargs in items[max(start, 1) : stop]:
+                    if fits is not None and not kwargs and fits(args):
+                        continue
                     try:
                         validate(args, kwargs)
                     except MalformedPayload as exc:  # worded as prepare_enqueue words it
@@ -507,9 +515,10 @@ class EnqueueWrites(JobWriter):
         derive_key: bool,
         unique_key: str | None,
     ) -> BulkRows:
-        """Many rows: the database's clock read once, each row offset from it by the time
-        spent making the rows before it, so the rows become available (and are claimed)
-        in the order given, as if enqueued one by one."""
+        """Many rows: the database's clock read once, each chunk of rows offset from it
+        by the time spent making the rows before it (its rows a microsecond apart), so
+        the rows become available (and are claimed) in the order given, as if enqueued
+        one by one."""
         varying = maker.varying
         if not derive_key:  # one key (or none) for every row
             varying = tuple(name for name in varying if name != "unique_key")
