@@ -135,7 +135,7 @@ def _wait_done(ids: list[Any]) -> None:
         time.sleep(0.05)
 
 
-def _quiet(worker: CountingWorker, settle: float = 0.5) -> None:
+def _quiet(settle: float = 0.5) -> None:
     """Let the twins of the last enqueues arrive (and be dropped, or wake the worker)."""
     time.sleep(settle)
 
@@ -149,7 +149,7 @@ def test_an_enqueue_wakes_the_worker_once(worker: CountingWorker) -> None:
         before = len(worker.woken)
         job = Job.objects.enqueue("tests.noop")
         _wait_done([job.pk])
-        _quiet(worker)
+        _quiet()
         assert len(worker.woken) - before == 1, worker.woken[before:]
         assert pairs.dropped == round_ + 1
 
@@ -184,4 +184,5 @@ def test_racing_enqueues_of_one_connection_lose_no_wake_up(worker: CountingWorke
         for _ in range(2):  # two NOTIFYs of one backend, no hint: neither is the other's twin
             ids.append(Job.objects.enqueue("tests.noop").pk)
             _wait_done(ids)
-    assert worker._wake_pairs is not None and worker._wake_pairs.dropped >= 1
+    assert worker._wake_pairs is not None
+    assert worker._wake_pairs.dropped >= 1
