@@ -114,9 +114,6 @@ class HandlerThreads:
         self._watch_until = math.inf  # when the watchdog looks next (under _lock)
         self._threads_stopping = False
         self._handler_count = 0
-        #: Set by a handler thread as it starts a job: what the main thread's hand-off
-        #: waits on (``Worker._let_handlers_take``) without taking the GIL meanwhile.
-        self._handler_started = threading.Event()
         #: What ``run()`` returns: 0, or EXIT_TOO_MANY_ABANDONED_THREADS.
         self._exit_status = 0
 
@@ -187,7 +184,6 @@ class HandlerThreads:
                     if entry.skipped:
                         continue
                     entry.started = True
-                self._handler_started.set()
                 if self._trace is not None:
                     self._trace.started(entry.job.id, entry.trace)
                 loop = self._run_one(slot, entry, loop)

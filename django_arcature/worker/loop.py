@@ -78,10 +78,11 @@ FLUSH_SHRINK_TRIES = 3
 FLUSH_DELAY = 0.02
 #: How often (seconds) a progress line is logged while jobs flow.
 PROGRESS_EVERY = 2.0
-#: The longest the main thread steps aside after a claim that emptied the queue, so an
-#: idle handler thread takes its job before the main thread's next Python work holds
-#: the GIL (worker.loop.Worker._let_handlers_take).
+#: The longest the main thread steps aside (and how long each step is) after a claim
+#: that emptied the queue, so an idle handler thread takes its job before the main
+#: thread's next Python work holds the GIL (worker.loop.Worker._let_handlers_take).
 HAND_OFF_WAIT = 0.002
+HAND_OFF_STEP = 0.00005
 
 
 def default_worker_id() -> str:
@@ -506,19 +507,10 @@ class Worker(HandlerThreads):
         item, before that thread runs. Bounded by ``HAND_OFF_WAIT``, in case no
         thread takes the job after all; a full claim never waits (jobs are still
         queued, the next claim should go at once).
-
-        It waits on the event a handler thread sets as it starts a job, not in short
-        sleeps: each sleep's end took the GIL back, and under load the woken handler
-        thread, slower to get a core than that, kept losing it until the interpreter's
-        switch interval (5 ms) forced a switch. The SQLite hand-off was bimodal so
-        (p50 per run 0.1 or 1-3 ms, with runs at 0.1 ms when the interval was 0.2 ms).
         """
-        started = self._handler_started
-        started.clear()
         deadline = time.monotonic() + HAND_OFF_WAIT
-        while not last.started and (left := deadline - time.monotonic()) > 0:
-            started.wait(left)
-            started.clear()
+        while not last.started and time.monotonic() < deadline:
+            time.sleep(HAND_OFF_STEP)
 
     def _context_for(self, job: ClaimedJob) -> JobContext:
         return JobContext(
