@@ -82,6 +82,7 @@ def child(db: str, runs: int, samples: int, floor: bool = False) -> dict[str, An
             steps.setdefault(name, []).append(ms)
     merged["steps_p50_ms"] = {name: statistics.median(v) for name, v in steps.items()}
     merged["woken"] = [r.get("pickup_breakdown", {}).get("woken") for r in results]
+    merged["empty_claims_per_job"] = [r.get("pickup_empty_claims_per_job") for r in results]
     started = [
         r["pickup_breakdown"]["claim_started_db_p50_ms"]
         for r in results

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
@@ -40,7 +41,13 @@ from django_arcature.core.private_folder import (
     make_private_folder,
 )
 
+if TYPE_CHECKING:
+    from django_arcature.worker.wakeup import WakePairs
+
 logger = logging.getLogger(__name__)
+
+#: How ``worker.wakeup.WakePairs`` names a hint's wake-up.
+HINT_CHANNEL = "hint"
 
 _SUFFIX = ".sock"
 #: Where to change the hint folder, said by every warning about it.
@@ -192,13 +199,72 @@ _sender = _Sender()
 atexit.register(_sender.close)
 
 
-def send_hints(using: str, directory: Path | None = None) -> int:
+#: A hint's datagram: this byte, then (optionally) the decimal PID of the PostgreSQL
+#: backend whose commit it follows. Receivers of older versions read nothing of it.
+_MARK = b"!"
+#: The longest datagram a receiver reads: the mark and a PID of up to 20 digits.
+_HINT_BYTES = 64
+
+
+def _datagram(backend_pid: int | None) -> bytes:
+    if backend_pid is None:
+        return _MARK
+    return _MARK + str(int(backend_pid)).encode()
+
+
+def hint_pid(datagram: bytes) -> int | None:
+    """The backend PID a hint carries, or None (an old sender's, a release's, or malformed)."""
+    if len(datagram) < 2 or datagram[:1] != _MARK or len(datagram) > 21:
+        return None
+    digits = datagram[1:]
+    if not digits.isdigit():
+        return None
+    return int(digits)
+
+
+def committing_backend_pid(using: str) -> int | None:
+    """The PostgreSQL backend PID of ``using``'s open connection, else None (no round trip).
+
+    A hint that carries it lets a worker that also hears the commit's NOTIFY (which
+    carries the same PID) tell the two wake-ups of one enqueue from two enqueues
+    (``worker.wakeup.WakePairs``). Behind a pooler the client sees a PID of the
+    pooler's making, which no NOTIFY carries: the two are then simply never paired.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return None
+    raw = connection.connection
+    try:
+        info = getattr(raw, "info", None)
+        pid = info.backend_pid if info is not None else raw.get_backend_pid()
+    except Exception:  # a closed or broken connection: the hint goes without it
+        return None
+    return int(pid) if pid else None
+
+
+def is_first_announcement(using: str) -> bool:
+    """Whether a hint registered now would be its transaction's only one to carry a PID.
+
+    PostgreSQL sends one NOTIFY per transaction however many rows or enqueues it holds
+    (identical notifications of one transaction are merged), so at most one hint per
+    transaction may name its backend: a second one would be left unpaired and could
+    then swallow the NOTIFY of that connection's next transaction. Outside a
+    transaction the hint is sent at once, alone; inside one, only while nothing else
+    waits for its commit (the first enqueue of it, with no caller's ``on_commit``).
+    """
+    connection = connections[using]
+    return not connection.in_atomic_block or not connection.run_on_commit
+
+
+def send_hints(using: str, directory: Path | None = None, *, backend_pid: int | None = None) -> int:
     """Nudge every worker listening for this database on this host; return how many.
 
     ``directory`` is ``hint_directory(using)`` when the caller has it already (an
     enqueue reads the settings once). Only sockets of this user in a folder that is
     verifiably this user's are nudged; those whose worker is gone (refused) are
     removed so the next enqueue does not try them again, and nothing else ever is.
+    ``backend_pid`` is given only for a commit that also sent the INSERT trigger's
+    NOTIFY (an enqueue on PostgreSQL): the worker then wakes once for the two of them.
     """
     folder = str(directory or hint_directory(using))
     try:
@@ -213,9 +279,10 @@ def send_hints(using: str, directory: Path | None = None) -> int:
     _warned.discard(folder)
     sent = 0
     sender = _sender.get()
+    datagram = _datagram(backend_pid)
     for path in paths:
         try:
-            sender.sendto(b"!", path)
+            sender.sendto(datagram, path)
             sent += 1
         except BlockingIOError:  # its buffer is full: it has been nudged already
             sent += 1
@@ -292,10 +359,14 @@ def _listing(folder: str) -> list[str]:
 class HintReceiver:
     """A worker's socket in the hint folder and the daemon thread that reads it."""
 
-    def __init__(self, using: str, wake: Callable[[], None]) -> None:
+    def __init__(
+        self, using: str, wake: Callable[[], None], pairs: WakePairs | None = None
+    ) -> None:
         self._layout = _layout(using)
         self.directory = self._layout.folder
         self.wake = wake
+        #: Shared with the worker's LISTEN thread: a hint whose NOTIFY came first is dropped.
+        self.pairs = pairs
         self.path = self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{_SUFFIX}"
         self._socket: socket.socket | None = None
         self._inode = 0
@@ -371,12 +442,14 @@ class HintReceiver:
         receiver = self._socket
         while receiver is not None:
             try:
-                receiver.recv(64)
+                datagram = receiver.recv(_HINT_BYTES)
             except OSError:  # closed under us: the worker is stopping
                 return
             if self._socket is None:  # woken by close()
                 return
-            self.wake()
+            pairs = self.pairs
+            if pairs is None or pairs.first(HINT_CHANNEL, hint_pid(datagram)):
+                self.wake()
 
 
 def _remove_own_socket(path: str, folder: Path) -> None:

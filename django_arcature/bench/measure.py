@@ -123,6 +123,29 @@ def _read_trace(path: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
+def _empty_claims(path: Path) -> dict[str, int]:
+    """The worker's claims that found nothing, by what woke it before each (its trace).
+
+    A job wake-up that makes a claim find nothing is waste on the pickup's way: the
+    second wake-up of one enqueue did so before ``worker.wakeup.WakePairs`` paired them.
+    The ``poll`` ones include the look the loop takes after each job has finished.
+    """
+    found: dict[str, int] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "job" not in record and record.get("batch") == 0:
+            source = str(record.get("source", "poll"))
+            found[source] = found.get(source, 0) + 1
+    return found
+
+
 def pickup_breakdown(
     enqueued: Sequence[EnqueueStamps],
     traced: dict[str, dict[str, Any]],
@@ -508,6 +531,7 @@ class Bench:
             self.stop_workers()
         try:
             traced = _read_trace(trace_file)
+            empty = _empty_claims(trace_file)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         started = {
@@ -524,6 +548,10 @@ class Bench:
             "pickup_commit_p95_ms": percentile(from_commit, 95),
         }
         results.update(cpu)
+        # Per job enqueued, by what woke the worker before the empty claim.
+        results["pickup_empty_claims_per_job"] = {
+            source: count / samples for source, count in sorted(empty.items())
+        }
         breakdown = pickup_breakdown(enqueued, traced, started)
         if breakdown:
             results["pickup_handler_p50_ms"] = breakdown.pop("handler_p50_ms")

@@ -25,7 +25,12 @@ from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
 from django_arcature.db.clock import database_now
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_all
 from django_arcature.exceptions import MalformedPayload
-from django_arcature.hints import hint_directory, send_hints
+from django_arcature.hints import (
+    committing_backend_pid,
+    hint_directory,
+    is_first_announcement,
+    send_hints,
+)
 from django_arcature.registry import prepare_enqueue
 
 from .base import JobWriter
@@ -290,10 +295,14 @@ class EnqueueWrites(JobWriter):
             using = self.db
         conf = get_settings()
         hints = hint_directory(using, conf) if conf.wake_hints else None
+        # The PID pairs this hint with the INSERT trigger's NOTIFY (PostgreSQL): only
+        # one hint per transaction may carry it, as there is one NOTIFY per transaction.
+        pairable = hints is not None and is_first_announcement(using)
 
         def send() -> None:
             if hints is not None:
-                send_hints(using, hints)
+                pid = committing_backend_pid(using) if pairable else None
+                send_hints(using, hints, backend_pid=pid)
             # Asked once, not per job: a bulk enqueue's thousand sends to no receiver
             # were 0.15-0.25 ms of client CPU per 1,000 rows.
             if signals.job_enqueued.has_listeners(model):

@@ -51,7 +51,7 @@ from django_arcature.worker.recycling import Drain, Recycler, pending_left
 
 from .handlers import EXIT_TOO_MANY_ABANDONED_THREADS, HandlerThreads
 from .pickup_trace import HINT, LISTEN, PickupTrace
-from .wakeup import Listener
+from .wakeup import Listener, WakePairs
 
 if TYPE_CHECKING:
     from .health import HealthFile
@@ -240,6 +240,7 @@ class Worker(HandlerThreads):
         self._init_handler_threads()
         self._listener: Listener | None = None
         self._hints: HintReceiver | None = None
+        self._wake_pairs: WakePairs | None = None
         self._trace = PickupTrace.from_environment()
         self._fault = _Fault()
         self._stop_requested = 0
@@ -973,12 +974,15 @@ class Worker(HandlerThreads):
 
     def _start_threads(self) -> None:
         self._start_handlers()
+        # One enqueue's NOTIFY and its hint wake the loop once between them.
+        pairs = self._wake_pairs = WakePairs()
         if self.listen and Listener.supported(self.using):
             self._listener = Listener(
                 self.using,
                 functools.partial(self._woken, LISTEN),
                 on_queues=lambda: self._events.put("notify"),
                 on_cancel=lambda job_id: self._events.put(_Cancelled(job_id)),
+                pairs=pairs,
             )
             self._listener.start()
         if self.conf.wake_hints:
@@ -987,7 +991,9 @@ class Worker(HandlerThreads):
             # on the poll's schedule elsewhere): so, like a job notification, it does
             # not make the claim it wakes read the pause flags first, a round trip
             # on every pickup's way.
-            self._hints = HintReceiver(self.using, functools.partial(self._woken, HINT))
+            self._hints = HintReceiver(
+                self.using, functools.partial(self._woken, HINT), pairs=pairs
+            )
             if not self._hints.start():
                 self._hints = None
 
