@@ -180,13 +180,15 @@ soak-schedules-model: venv databases
 # --- soak: workflows (issue 20) --------------------------------------------------------------
 # The claim's plan beside 1,000,000 waiting workflow nodes (CI: 20,000), and the workflow
 # chaos soak (random DAGs and batches under SIGKILLs and killed sessions; it prints its
-# counts), once per database. The workflow model's long profile runs with soak-properties
-# (tests/properties).
+# counts on a "workflow chaos summary" line), once per database. CHAOS_SCALE=N runs N times
+# the workflows and batches (1: about 30 s a database; 10: several minutes). The workflow
+# model's long profile runs with soak-properties (tests/properties).
+CHAOS_SCALE ?= 1
 soak: soak-workflows
 soak-workflows: venv databases
 	$(PY) -m pip install -q mysqlclient
 	for db in $(SOAK_DBS); do \
-	  ARCATURE_SOAK=1 ARCATURE_TEST_DB=$$db \
+	  ARCATURE_SOAK=1 ARCATURE_CHAOS_SCALE=$(CHAOS_SCALE) ARCATURE_TEST_DB=$$db \
 	    $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_workflow_plans.py \
 	      tests/chaos/test_chaos_workflows.py || exit 1; \
 	done

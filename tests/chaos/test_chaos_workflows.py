@@ -12,8 +12,15 @@ Every node's body appends its label to a file, once per run. At the end:
 - every workflow reads ``succeeded`` on its own row, finished once;
 - every batch enqueued each of its two callbacks exactly once, and both ran.
 
+- every edge is ``met`` and every workflow's and batch's counter shards sum to exactly
+  its nodes (members): a completion counted twice, or a fan-in released by two
+  upstreams' completions each believing it was last, would show as a count off by one.
+
 CI: a few small workflows and batches per database, in seconds. ``ARCATURE_SOAK=1``
-(``make soak-workflows``): many more, for minutes. The counts are printed.
+(``make soak-workflows``): 30 workflows and 10 batches, about 20 s on an idle host.
+``ARCATURE_CHAOS_SCALE=N`` multiplies the workflows and batches (and so the faults a
+run has time for): ``make soak-workflows CHAOS_SCALE=10`` took several minutes per
+database. The counts are printed on one ``workflow chaos summary`` line.
 """
 
 from __future__ import annotations
@@ -25,11 +32,19 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.db.models import Sum
 
 from django_arcature import Batch, Workflow
 from django_arcature.models import Job, JobStatus
 from django_arcature.workflows.build import Node
-from django_arcature.workflows.models import BatchRun, WorkflowRun
+from django_arcature.workflows.models import (
+    BatchCounter,
+    BatchRun,
+    EdgeState,
+    WorkflowCounter,
+    WorkflowEdge,
+    WorkflowRun,
+)
 from tests.faults.processes import FaultWorker, event_counts
 from tests.testapp import workflow_jobs as wf
 
@@ -38,11 +53,13 @@ from .fleet import Chaos, run_under_faults
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 SOAK = os.environ.get("ARCATURE_SOAK") == "1"
-WORKFLOWS = 30 if SOAK else 3
+#: A longer soak: this many times the workflows and batches (the faults keep their pace).
+SCALE = max(1, int(os.environ.get("ARCATURE_CHAOS_SCALE", "1")))
+WORKFLOWS = (30 if SOAK else 3) * SCALE
 #: Nodes per workflow, drawn uniformly; each waits for up to FAN_IN earlier nodes.
 NODES = (5, 40) if SOAK else (4, 8)
 FAN_IN = 6 if SOAK else 3
-BATCHES = 10 if SOAK else 2
+BATCHES = (10 if SOAK else 2) * SCALE
 MEMBERS = (10, 100) if SOAK else (3, 6)
 #: Faults injected at most (CI: a few, then the fleet drains what is left).
 MAX_FAULTS = None if SOAK else 4
@@ -53,7 +70,7 @@ LEASE = 2
 #: Seconds between two faults: long enough for a replacement worker to start and drain
 #: some (a fault every second kept a loaded host's fleet mostly starting up).
 PAUSE = (1.5, 4.0) if SOAK else (0.4, 0.9)
-TIMEOUT = 1800 if SOAK else 150
+TIMEOUT = (1800 if SOAK else 150) * SCALE
 #: How long each body runs: long enough for a SIGKILL to land in the middle of some.
 BODY_SECONDS = 0.05
 
@@ -161,13 +178,56 @@ def test_chaos_workflows_and_batches_fire_exactly_once(
         assert success_job == callback_ids[("wf.batch_record", str(batch_id))]
         assert finish_job == callback_ids[("wf.batch_done", str(batch_id))]
     assert {f"callback {batch.id}" for batch in batches} <= set(first)
+    fan_ins = check_counts(batches)
     nodes = sum(1 for label in upstream_of if label.startswith("w"))
     releases = sum(1 for label, ups in upstream_of.items() if ups)
+    # Every dependent the DAGs were built with has its edges (all met, checked above), and
+    # its job landed one completion: each release fired, once (a second release of a
+    # finished node would have run it again and landed a second completion).
+    assert fan_ins == releases
     reruns = len(lines) - len(first)
+    completions = sum(len(log) for _, _, log, _, _ in jobs)
+    # Jobs with two job_succeeded events (asserted 0 above; a worker SIGKILLed between
+    # its commit and its event leaves one with none, so the events are not counted up).
+    succeeded = Counter(n for (name, _), n in counts.items() if name == "job_succeeded")
+    duplicates = sum(n for times, n in succeeded.items() if times > 1)
     print(
-        f"\nworkflow chaos on {connection.vendor} (seed {seed}): {WORKFLOWS} workflows, "
-        f"{nodes} nodes, {releases} fan-in/chain releases, {BATCHES} batches of "
-        f"{len(upstream_of) - nodes} members, {sum(fired_for.values())} callbacks; "
-        f"{sigkills} SIGKILLs, {session_kills} killed sessions; {len(lines)} runs "
-        f"({reruns} re-runs of lost attempts)"
+        f"\nworkflow chaos summary on {connection.vendor} (seed {seed}, scale {SCALE}): "
+        f"workflows={WORKFLOWS} nodes={nodes} batches={BATCHES} "
+        f"members={len(upstream_of) - nodes} jobs={len(jobs)} sigkills={sigkills} "
+        f"killed_sessions={session_kills} session_kill_rounds={faults.kill_rounds} "
+        f"runs={len(lines)} reruns={reruns} "
+        f"completions={completions} succeeded_events={succeeded[1]} fan_ins_fired={fan_ins} "
+        f"callbacks_fired={sum(fired_for.values())}/{callbacks} duplicates={duplicates}"
     )
+
+
+def check_counts(batches: list[Batch]) -> int:
+    """Check the stored counts against what was built; return the dependents released.
+
+    Every edge is met (none left open, none unmet: no upstream was taken for failed).
+    Each workflow's counter shards sum to exactly its ``node_count`` with none dead or
+    cancelled, and each batch's to exactly its ``total`` succeeded: a completion that
+    landed twice, or a release seen by two upstreams as the last, adds one too many.
+    """
+    assert set(WorkflowEdge.objects.values_list("state", flat=True)) <= {EdgeState.MET}
+    finished = {
+        run_id: (done, dead, cancelled)
+        for run_id, done, dead, cancelled in WorkflowCounter.objects.values("workflow_id")
+        .annotate(Sum("finished"), Sum("dead"), Sum("cancelled"))
+        .values_list("workflow_id", "finished__sum", "dead__sum", "cancelled__sum")
+    }
+    built = dict(WorkflowRun.objects.values_list("id", "node_count"))
+    assert finished == {run_id: (count, 0, 0) for run_id, count in built.items()}
+    counted = {
+        batch_id: (done, dead, cancelled)
+        for batch_id, done, dead, cancelled in BatchCounter.objects.values("batch_id")
+        .annotate(Sum("succeeded"), Sum("dead"), Sum("cancelled"))
+        .values_list("batch_id", "succeeded__sum", "dead__sum", "cancelled__sum")
+    }
+    totals = dict(
+        BatchRun.objects.filter(id__in=[b.id for b in batches]).values_list("id", "total")
+    )
+    assert counted == {batch_id: (total, 0, 0) for batch_id, total in totals.items()}
+    assert not BatchRun.objects.filter(fired_at__isnull=True).exists()
+    return WorkflowEdge.objects.values("downstream_id").distinct().count()
