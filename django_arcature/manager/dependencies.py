@@ -797,19 +797,87 @@ def count_members(
     flush finishes, where a shard per member cost up to one statement per shard.
     Two workers' flushes still land on different shards nearly always.
     """
-    m = _models()
     column = {SUCCEEDED: "succeeded", FAILED: "dead", CANCELLED: "cancelled"}
     per_batch: dict[uuid.UUID, Counter[str]] = {}
     first: dict[uuid.UUID, uuid.UUID] = {}
     for job_id, (batch_id, outcome) in members.items():
         per_batch.setdefault(batch_id, Counter())[column[outcome]] += 1
-        if batch_id not in first or job_id < first[batch_id]:
+        best = first.get(batch_id)
+        if best is None or job_id.int < best.int:
             first[batch_id] = job_id
-    for batch_id in sorted(per_batch):  # one row each, in id order: no deadlock
-        m.BatchCounter.objects.using(using).filter(
-            batch_id=batch_id, shard=shard_of(first[batch_id])
-        ).update(**{name: F(name) + n for name, n in per_batch[batch_id].items()})
-    fire_finished_batches(using, model, set(per_batch))
+    done = _count_and_check(using, per_batch, {b: shard_of(j) for b, j in first.items()})
+    if done:
+        fire_finished_batches(using, model, done)
+
+
+def _count_and_check(
+    using: str, per_batch: Mapping[uuid.UUID, Counter[str]], shards: Mapping[uuid.UUID, int]
+) -> list[uuid.UUID]:
+    """Add the counts to one shard row per batch, then lock the batches that may fire
+    and read their sums: the batches whose every member has finished.
+
+    As SQL, not the ORM: every flush of a batch's members sends these, and the
+    three ORM queries they were (the counter UPDATE, the batch row's lock, the sum
+    of its shards) cost more client CPU than the flush's own completion UPDATE. The
+    lock is taken in id order, and the sums are read by a statement of their own
+    after it: under READ COMMITTED that statement sees every sibling flush that
+    committed before the lock was granted, so of two last flushes the second to
+    lock sees the first's count (``fire_finished_batches`` locks and reads again
+    before it enqueues anything, so a batch seen finished here fires once). On
+    PostgreSQL with client-side binding the three go in one round trip (each
+    statement of a multi-statement query takes its own snapshot).
+    """
+    m = _models()
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    prep = (lambda value: value) if connection.vendor == "postgresql" else _uuid_prep(connection)
+    ids = sorted(per_batch)  # one row each, in id order: no deadlock
+    names = ("succeeded", "dead", "cancelled")
+    update = (
+        f"UPDATE {qn(m.BatchCounter._meta.db_table)} SET "
+        + ", ".join(f"{qn(c)} = {qn(c)} + %s" for c in names)
+        + f" WHERE {qn('batch_id')} = %s AND {qn('shard')} = %s"
+    )
+    statements = [(update, [*(per_batch[b][c] for c in names), prep(b), shards[b]]) for b in ids]
+    where, params = _id_list(connection, qn("id"), ids)
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock_sql = (
+        f"SELECT {qn('id')}, {qn('total')} FROM {qn(m.BatchRun._meta.db_table)} "
+        f"WHERE {where} AND {qn('closed')} AND {qn('fired_at')} IS NULL "
+        f"AND {qn('cancelled_at')} IS NULL ORDER BY {qn('id')}{lock}"
+    )
+    on_batch, batch_params = _id_list(connection, qn("batch_id"), ids)
+    sums_sql = (
+        f"SELECT {qn('batch_id')}, "
+        + ", ".join(f"SUM({qn(c)})" for c in names)
+        + f" FROM {qn(m.BatchCounter._meta.db_table)} WHERE {on_batch} GROUP BY {qn('batch_id')}"
+    )
+    with connection.cursor() as cursor:
+        if _one_round_trip(connection):
+            cursor.execute(
+                "; ".join([*(sql for sql, _ in statements), lock_sql, sums_sql]),
+                [*(v for _, values in statements for v in values), *params, *batch_params],
+            )
+            for _ in statements:
+                cursor.nextset()
+            locked = cursor.fetchall()
+            cursor.nextset()
+            sums = cursor.fetchall() if locked else []
+        else:
+            for sql, values in statements:
+                cursor.execute(sql, values)
+            cursor.execute(lock_sql, params)
+            locked = cursor.fetchall()
+            sums = []
+            if locked:
+                cursor.execute(sums_sql, batch_params)
+                sums = cursor.fetchall()
+    finished = {as_uuid(b): sum(int(v or 0) for v in values) for b, *values in sums}
+    return [
+        as_uuid(batch_id)
+        for batch_id, total in locked
+        if finished.get(as_uuid(batch_id), 0) >= int(total)
+    ]
 
 
 def uncount_member(using: str, job_id: uuid.UUID, batch_id: uuid.UUID, outcome: str) -> None:
