@@ -827,6 +827,8 @@ def _count_and_check(
     PostgreSQL with client-side binding the three go in one round trip (each
     statement of a multi-statement query takes its own snapshot).
     """
+    if not per_batch:  # an operator's cancel of a batch with no member left to cancel
+        return []
     m = _models()
     connection = connections[using]
     qn = connection.ops.quote_name
