@@ -800,11 +800,12 @@ def count_members(
     column = {SUCCEEDED: "succeeded", FAILED: "dead", CANCELLED: "cancelled"}
     per_batch: dict[uuid.UUID, Counter[str]] = {}
     first: dict[uuid.UUID, uuid.UUID] = {}
-    for job_id, (batch_id, outcome) in members.items():
+    for job_id, (given, outcome) in members.items():
+        batch_id = as_uuid(given)  # an operator's cancel passes the caller's id as given
         per_batch.setdefault(batch_id, Counter())[column[outcome]] += 1
-        best = first.get(batch_id)
-        if best is None or job_id.int < best.int:
-            first[batch_id] = job_id
+        best, member = first.get(batch_id), as_uuid(job_id)
+        if best is None or member.int < best.int:
+            first[batch_id] = member
     done = _count_and_check(using, per_batch, {b: shard_of(j) for b, j in first.items()})
     if done:
         fire_finished_batches(using, model, done)
