@@ -390,10 +390,12 @@ class WorkflowBench:
                         f"longest idle gap {found[kind]['idle_gap_max_s']:.3f} s"
                     )
                 results["rounds"].append(found)
-                if len(kinds) < len(KINDS):
-                    continue
-                found["fanout_ratio"] = found["fanout"]["rate"] / found["plain"]["rate"]
-                found["batch_ratio"] = found["batch"]["rate"] / found["plain"]["rate"]
+                # A subset with the plain drain (``--kinds plain,fanout``) has its
+                # ratios too: the same round's plain drain is what they are against.
+                for kind in ("fanout", "batch"):
+                    if kind in found and "plain" in found:
+                        found[f"{kind}_ratio"] = found[kind]["rate"] / found["plain"]["rate"]
+                        self.log(f"round {number + 1} {kind} ratio: {found[f'{kind}_ratio']:.0%}")
             if len(kinds) < len(KINDS):
                 return results  # a partial run (--kinds): the rounds only, nothing to render
             results.update(self.wait_latency())

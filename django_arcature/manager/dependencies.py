@@ -101,20 +101,22 @@ def settle(using: str, model: type[Job], finished: Mapping[uuid.UUID, str]) -> l
     nodes = _finished_nodes(using, list(finished))
     if not nodes:
         return []
-    upstream = {job_id: finished[job_id] for job_id, has, _, _, _ in nodes if has}
-    members = {
-        job_id: (batch_id, finished[job_id]) for job_id, _, batch_id, _, _ in nodes if batch_id
-    }
-    ended = {
-        job_id: (workflow_id, _COUNTED_AS[finished[job_id]])
-        for job_id, _, _, workflow_id, _ in nodes
-        if workflow_id is not None
-    }
-    sizes = {
-        workflow_id: size
-        for *_, workflow_id, size in nodes
-        if workflow_id is not None and size is not None
-    }
+    # One pass over the rows: a flush of a wide fan-in's nodes sends 50 here, each
+    # of the same workflow, and every dict lookup by UUID costs a Python-level hash.
+    upstream: dict[uuid.UUID, str] = {}
+    members: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
+    ended: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
+    sizes: dict[uuid.UUID, int] = {}
+    for job_id, has, batch_id, workflow_id, size in nodes:
+        outcome = finished[job_id]
+        if has:
+            upstream[job_id] = outcome
+        if batch_id:
+            members[job_id] = (batch_id, outcome)
+        if workflow_id is not None:
+            ended[job_id] = (workflow_id, _COUNTED_AS[outcome])
+            if size is not None:
+                sizes[workflow_id] = size
     # The counters first, the dependents' row locks last: a wide fan-in's dependent
     # is the row every sibling's completion queues on, so it is held for as little
     # of the transaction as can be (its lock, its probe, the commit). The counts of
@@ -292,6 +294,41 @@ def _uuid_prep(connection: Any) -> Any:
     return lambda value: field.get_db_prep_value(value, connection, prepared=False)
 
 
+def _by_key(connection: Any, table: str, index: str) -> str:
+    """``table`` (quoted), on MariaDB held to ``index``: the key the ids are looked up by.
+
+    InnoDB's statistics of a table analysed while empty (or before a workflow was
+    inserted) made MariaDB read the whole primary key for the root's edge UPDATE
+    and for its dependents' release (``tests/integration/test_fan_out_release_plan.py``);
+    a statement over a list of ids has one right path, the key of those ids.
+    PostgreSQL and SQLite take it from the ids alone.
+    """
+    if connection.vendor == "mysql":
+        return f"{table} FORCE INDEX ({index})"
+    return table
+
+
+def _still_waiting(connection: Any, column: str) -> str:
+    """``column = %s`` (the status to recheck), on MariaDB and SQLite in a form no
+    index can serve.
+
+    The statements over dependents' ids filter on ``status = 'waiting'`` as a
+    compare-and-set, not to find rows: the ids do that, by primary key. On
+    statistics that saw no waiting row (taken while the table was empty, or
+    before the workflow was inserted) SQLite chose its ``(status, created_at)``
+    index instead, reading every waiting node of every workflow, and MariaDB the
+    same for the lock (``tests/integration/test_fan_out_release_plan.py``). As an
+    expression (SQLite's unary ``+``, MariaDB's ``CONCAT``) the recheck is left to
+    the rows the key found. PostgreSQL keeps the plain comparison: without its
+    status index it chose a sequential scan there, by cost, over the key.
+    """
+    if connection.vendor == "mysql":
+        return f"CONCAT({column}, '') = %s"
+    if connection.vendor == "sqlite":
+        return f"+{column} = %s"
+    return f"{column} = %s"
+
+
 def _updates_returning(connection: Any) -> bool:
     """Whether ``UPDATE … RETURNING`` exists: PostgreSQL, SQLite from 3.35; not MariaDB."""
     if connection.vendor == "postgresql":
@@ -325,7 +362,8 @@ def _mark_edges(
     where, params = _id_list(connection, qn("upstream_id"), ups)
     met_by = MET_BY[outcome]
     sql = (
-        f"UPDATE {edge} SET {qn('state')} = CASE WHEN {qn('when')} IN "
+        f"UPDATE {_by_key(connection, edge, 'arcature_edge_once')} "
+        f"SET {qn('state')} = CASE WHEN {qn('when')} IN "
         f"({', '.join(['%s'] * len(met_by))}) THEN %s ELSE %s END "
         f"WHERE {where} AND {qn('state')} = %s"
     )
@@ -350,7 +388,8 @@ def _mark_edges(
             if not cursor.rowcount:
                 return {}, []
             cursor.execute(
-                f"SELECT {columns} FROM {edge} WHERE {where} AND {qn('state')} <> %s",
+                f"SELECT {columns} FROM {_by_key(connection, edge, 'arcature_edge_once')} "
+                f"WHERE {where} AND {qn('state')} <> %s",
                 [*params, m.EdgeState.OPEN],
             )
             rows = cursor.fetchall()
@@ -363,6 +402,34 @@ def _mark_edges(
         if sole and state == met:
             sole_met.append(down_id)
     return workflow_of, sole_met
+
+
+def _lock_waiting_sql(
+    connection: Any, model: type[Job], id_list: tuple[str, list[Any]], *, count: bool = False
+) -> tuple[str, list[Any]]:
+    """Lock those of ``ids`` still ``waiting``, in id order: the statement and its parameters.
+
+    Every locker of dependents' job rows takes them in id order, so two completions
+    deciding on the same dependents queue up instead of deadlocking; one builder
+    keeps that order (and the recheck of ``waiting`` that ``FOR UPDATE`` does on a
+    row changed while it waited) the same for all of them. It returns the ids
+    locked, or with ``count`` only how many (the wide fan-out's root locks 10,000
+    and needs none of them back). ``id_list`` is ``_id_list`` of the ids on the
+    ``id`` column, which the caller may reuse for its next statement (on MariaDB and
+    SQLite each id is converted once). SQLite has no ``FOR UPDATE``: it runs one
+    writer at a time.
+    """
+    qn = connection.ops.quote_name
+    where, params = id_list
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    sql = (
+        f"SELECT {qn('id')} FROM {_by_key(connection, qn(model._meta.db_table), 'PRIMARY')} "
+        f"WHERE {where} AND {_still_waiting(connection, qn('status'))} "
+        f"ORDER BY {qn('id')}{lock}"
+    )
+    if count:
+        sql = f"SELECT count(*) FROM ({sql}) locked"
+    return sql, [*params, JobStatus.WAITING]
 
 
 def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uuid.UUID]:
@@ -383,17 +450,12 @@ def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uu
     connection = connections[using]
     qn = connection.ops.quote_name
     table = qn(model._meta.db_table)
-    where, params = _id_list(connection, qn("id"), ids)
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    lock_sql = (
-        f"SELECT count(*) FROM (SELECT {qn('id')} FROM {table} WHERE {where} "
-        f"AND {qn('status')} = %s ORDER BY {qn('id')}{lock}) locked"
-    )
-    lock_params = [*params, JobStatus.WAITING]
+    where, params = id_list = _id_list(connection, qn("id"), ids)
+    lock_sql, lock_params = _lock_waiting_sql(connection, model, id_list, count=True)
     update_sql = (
-        f"UPDATE {table} SET {qn('status')} = %s, "
+        f"UPDATE {_by_key(connection, table, 'PRIMARY')} SET {qn('status')} = %s, "
         f"{qn('available_at')} = {now_sql(connection.vendor)} "
-        f"WHERE {where} AND {qn('status')} = %s"
+        f"WHERE {where} AND {_still_waiting(connection, qn('status'))}"
     )
     update_params = [JobStatus.PENDING, *params, JobStatus.WAITING]
     with connection.cursor() as cursor:
@@ -408,11 +470,7 @@ def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uu
             cursor.execute(f"{update_sql} RETURNING {qn('id')}", update_params)
             return [as_uuid(row[0]) for row in cursor.fetchall()]
         # MariaDB: no RETURNING; the ids locked are the ids the update changes.
-        cursor.execute(
-            f"SELECT {qn('id')} FROM {table} WHERE {where} AND {qn('status')} = %s "
-            f"ORDER BY {qn('id')}{lock}",
-            [*params, JobStatus.WAITING],
-        )
+        cursor.execute(*_lock_waiting_sql(connection, model, id_list))
         waiting = [as_uuid(row[0]) for row in cursor.fetchall()]
     if waiting:
         _release(using, model, waiting)
@@ -433,14 +491,8 @@ def _lock_and_probe(
     the two is not ours to decide).
     """
     connection = connections[using]
-    qn = connection.ops.quote_name
-    where, params = _id_list(connection, qn("id"), ids)
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    lock_sql = (
-        f"SELECT {qn('id')} FROM {qn(model._meta.db_table)} "
-        f"WHERE {where} AND {qn('status')} = %s ORDER BY {qn('id')}{lock}"
-    )
-    lock_params = [*params, JobStatus.WAITING]
+    id_list = _id_list(connection, connection.ops.quote_name("id"), ids)
+    lock_sql, lock_params = _lock_waiting_sql(connection, model, id_list)
     with connection.cursor() as cursor:
         if _one_round_trip(connection):
             probe_sql, probe_params = _edge_flags_sql(connection, model, ids)
@@ -494,7 +546,7 @@ def _edge_flags_sql(
     )
     sql = (
         f"SELECT j.{qn('id')}, EXISTS({probe}), EXISTS({probe}) FROM {job} j "
-        f"WHERE {where} AND j.{qn('status')} = %s"
+        f"WHERE {where} AND {_still_waiting(connection, 'j.' + qn('status'))}"
     )
     return sql, [m.EdgeState.OPEN, m.EdgeState.UNMET, *params, JobStatus.WAITING]
 
@@ -512,9 +564,10 @@ def _release(using: str, model: type[Job], ids: list[uuid.UUID]) -> None:
     where, params = _id_list(connection, qn("id"), ids)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {qn(model._meta.db_table)} SET {qn('status')} = %s, "
+            f"UPDATE {_by_key(connection, qn(model._meta.db_table), 'PRIMARY')} "
+            f"SET {qn('status')} = %s, "
             f"{qn('available_at')} = {now_sql(connection.vendor)} "
-            f"WHERE {where} AND {qn('status')} = %s",
+            f"WHERE {where} AND {_still_waiting(connection, qn('status'))}",
             [JobStatus.PENDING, *params, JobStatus.WAITING],
         )
 
@@ -590,8 +643,10 @@ def _count_first(
     # different shards nearly always.
     first: dict[uuid.UUID, uuid.UUID] = {}
     for job_id, (workflow, _) in ended.items():
-        if workflow in sizes and (workflow not in first or job_id < first[workflow]):
+        best = first.get(workflow)
+        if best is None or job_id.int < best.int:
             first[workflow] = job_id
+    first = {workflow: job_id for workflow, job_id in first.items() if workflow in sizes}
     given = shards or {}
     chosen = {
         workflow: given[workflow]
@@ -599,10 +654,12 @@ def _count_first(
         else zlib.crc32(job_id.bytes) % workflow_shards(sizes[workflow])
         for workflow, job_id in first.items()
     }
-    counts: dict[tuple[uuid.UUID, int], Counter[str]] = {}
+    per_workflow: dict[uuid.UUID, Counter[str]] = {workflow: Counter() for workflow in chosen}
     for workflow, column in ended.values():
-        if workflow in chosen:
-            counts.setdefault((workflow, chosen[workflow]), Counter())[column] += 1
+        found = per_workflow.get(workflow)
+        if found is not None:
+            found[column] += 1
+    counts = {(workflow, chosen[workflow]): c for workflow, c in per_workflow.items()}
     _add_to_counters(using, counts, +1, deferred)
     return chosen
 
@@ -740,19 +797,90 @@ def count_members(
     flush finishes, where a shard per member cost up to one statement per shard.
     Two workers' flushes still land on different shards nearly always.
     """
-    m = _models()
     column = {SUCCEEDED: "succeeded", FAILED: "dead", CANCELLED: "cancelled"}
     per_batch: dict[uuid.UUID, Counter[str]] = {}
     first: dict[uuid.UUID, uuid.UUID] = {}
-    for job_id, (batch_id, outcome) in members.items():
+    for job_id, (given, outcome) in members.items():
+        batch_id = as_uuid(given)  # an operator's cancel passes the caller's id as given
         per_batch.setdefault(batch_id, Counter())[column[outcome]] += 1
-        if batch_id not in first or job_id < first[batch_id]:
-            first[batch_id] = job_id
-    for batch_id in sorted(per_batch):  # one row each, in id order: no deadlock
-        m.BatchCounter.objects.using(using).filter(
-            batch_id=batch_id, shard=shard_of(first[batch_id])
-        ).update(**{name: F(name) + n for name, n in per_batch[batch_id].items()})
-    fire_finished_batches(using, model, set(per_batch))
+        best, member = first.get(batch_id), as_uuid(job_id)
+        if best is None or member.int < best.int:
+            first[batch_id] = member
+    done = _count_and_check(using, per_batch, {b: shard_of(j) for b, j in first.items()})
+    if done:
+        fire_finished_batches(using, model, done)
+
+
+def _count_and_check(
+    using: str, per_batch: Mapping[uuid.UUID, Counter[str]], shards: Mapping[uuid.UUID, int]
+) -> list[uuid.UUID]:
+    """Add the counts to one shard row per batch, then lock the batches that may fire
+    and read their sums: the batches whose every member has finished.
+
+    As SQL, not the ORM: every flush of a batch's members sends these, and the
+    three ORM queries they were (the counter UPDATE, the batch row's lock, the sum
+    of its shards) cost more client CPU than the flush's own completion UPDATE. The
+    lock is taken in id order, and the sums are read by a statement of their own
+    after it: under READ COMMITTED that statement sees every sibling flush that
+    committed before the lock was granted, so of two last flushes the second to
+    lock sees the first's count (``fire_finished_batches`` locks and reads again
+    before it enqueues anything, so a batch seen finished here fires once). On
+    PostgreSQL with client-side binding the three go in one round trip (each
+    statement of a multi-statement query takes its own snapshot).
+    """
+    if not per_batch:  # an operator's cancel of a batch with no member left to cancel
+        return []
+    m = _models()
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    prep = (lambda value: value) if connection.vendor == "postgresql" else _uuid_prep(connection)
+    ids = sorted(per_batch)  # one row each, in id order: no deadlock
+    names = ("succeeded", "dead", "cancelled")
+    update = (
+        f"UPDATE {qn(m.BatchCounter._meta.db_table)} SET "
+        + ", ".join(f"{qn(c)} = {qn(c)} + %s" for c in names)
+        + f" WHERE {qn('batch_id')} = %s AND {qn('shard')} = %s"
+    )
+    statements = [(update, [*(per_batch[b][c] for c in names), prep(b), shards[b]]) for b in ids]
+    where, params = _id_list(connection, qn("id"), ids)
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock_sql = (
+        f"SELECT {qn('id')}, {qn('total')} FROM {qn(m.BatchRun._meta.db_table)} "
+        f"WHERE {where} AND {qn('closed')} AND {qn('fired_at')} IS NULL "
+        f"AND {qn('cancelled_at')} IS NULL ORDER BY {qn('id')}{lock}"
+    )
+    on_batch, batch_params = _id_list(connection, qn("batch_id"), ids)
+    sums_sql = (
+        f"SELECT {qn('batch_id')}, "
+        + ", ".join(f"SUM({qn(c)})" for c in names)
+        + f" FROM {qn(m.BatchCounter._meta.db_table)} WHERE {on_batch} GROUP BY {qn('batch_id')}"
+    )
+    with connection.cursor() as cursor:
+        if _one_round_trip(connection):
+            cursor.execute(
+                "; ".join([*(sql for sql, _ in statements), lock_sql, sums_sql]),
+                [*(v for _, values in statements for v in values), *params, *batch_params],
+            )
+            for _ in statements:
+                cursor.nextset()
+            locked = cursor.fetchall()
+            cursor.nextset()
+            sums = cursor.fetchall() if locked else []
+        else:
+            for sql, values in statements:
+                cursor.execute(sql, values)
+            cursor.execute(lock_sql, params)
+            locked = cursor.fetchall()
+            sums = []
+            if locked:
+                cursor.execute(sums_sql, batch_params)
+                sums = cursor.fetchall()
+    finished = {as_uuid(b): sum(int(v or 0) for v in values) for b, *values in sums}
+    return [
+        as_uuid(batch_id)
+        for batch_id, total in locked
+        if finished.get(as_uuid(batch_id), 0) >= int(total)
+    ]
 
 
 def uncount_member(using: str, job_id: uuid.UUID, batch_id: uuid.UUID, outcome: str) -> None:

@@ -49,3 +49,26 @@ def test_the_workflow_benchmark_runs_at_a_tiny_scale(tmp_path: Path) -> None:
     written = (tmp_path / "workflows.md").read_text()
     assert "<!-- workflows:begin -->" in written
     assert "fan-out/fan-in" in written
+
+
+@pytest.mark.pgbouncer(False, reason="the benchmark connects to the servers directly")
+def test_a_subset_with_the_plain_drain_reports_its_ratio(tmp_path: Path) -> None:
+    """``--kinds plain,fanout`` (the A/B runs of the fan-in) gives each round's ratio
+    to the same round's plain drain, and renders nothing."""
+    db = VENDOR_TO_DB[connection.vendor]
+    name = (os.environ.get("ARCATURE_DB_NAME") or "arcature") + "_wfbench_ci"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "workflows.py"), "--db", db]
+    argv += ["--db-name", name, "--nodes", "20", "--repeat", "2", "--kinds", "plain,fanout"]
+    argv += ["--out", str(tmp_path / "workflows.md")]
+    if db == "sqlite":
+        argv += ["--url", f"sqlite:///{tmp_path / 'bench.sqlite3'}"]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    assert len(result["rounds"]) == 2
+    for found in result["rounds"]:
+        assert set(found["order"]) == {"plain", "fanout"}
+        assert found["fanout_ratio"] == found["fanout"]["rate"] / found["plain"]["rate"]
+        assert "batch_ratio" not in found
+    assert "round 1 fanout ratio: " in out.stderr
+    assert not (tmp_path / "workflows.md").exists()

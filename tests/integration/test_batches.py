@@ -108,6 +108,21 @@ def test_cancelling_a_batch_cancels_members_and_fires_nothing() -> None:
     assert Job.objects.filter(task_name="wf.batch_done").count() == 0
 
 
+def test_a_batch_cancelled_by_its_id_as_text_counts_its_members() -> None:
+    """The members an operator's cancel let go are counted on the batch's shard rows
+    by SQL that takes the batch id as the caller gave it (here its text), and a second
+    cancel, with no member left to cancel, counts nothing."""
+    batch = Batch(on_finish=wf.batch_done)
+    members = [batch.add(wf.step, f"{i}") for i in range(2)]
+    batch.enqueue()
+    batch_id = BatchRun.objects.get().id
+    assert Job.objects.cancel_batch(str(batch_id)) == 2  # type: ignore[arg-type]
+    assert [fresh(m).status for m in members] == ["cancelled", "cancelled"]
+    assert batch.counts() == {"total": 2, "succeeded": 0, "dead": 0, "cancelled": 2, "pending": 0}
+    assert Job.objects.cancel_batch(batch_id) == 0
+    assert batch.counts()["cancelled"] == 2
+
+
 def test_requeued_member_counts_again_and_callbacks_stay_fired_once() -> None:
     batch = Batch(on_finish=wf.batch_done)
     member = batch.add(wf.step, "a")
