@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -25,18 +26,25 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 VENDOR_TO_DB = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql"}
 
 
-@pytest.mark.pgbouncer(False, reason="the benchmark connects to the servers directly")
-def test_the_workflow_benchmark_runs_at_a_tiny_scale(tmp_path: Path) -> None:
+def run_benchmark(tmp_path: Path, *options: str) -> tuple[str, dict[str, Any], str]:
+    """``benchmarks/workflows.py`` at a tiny scale on this test's database, with
+    ``options``; (the benchmark's name for the database, its JSON result, its log)."""
     db = VENDOR_TO_DB[connection.vendor]
     name = (os.environ.get("ARCATURE_DB_NAME") or "arcature") + "_wfbench_ci"
     argv = [sys.executable, str(ROOT / "benchmarks" / "workflows.py"), "--db", db]
-    argv += ["--db-name", name, "--nodes", "20", "--repeat", "1", "--wait-samples", "3"]
+    argv += ["--db-name", name, "--nodes", "20", *options]
     argv += ["--out", str(tmp_path / "workflows.md")]
     if db == "sqlite":
         argv += ["--url", f"sqlite:///{tmp_path / 'bench.sqlite3'}"]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    return db, result, out.stderr
+
+
+@pytest.mark.pgbouncer(False, reason="the benchmark connects to the servers directly")
+def test_the_workflow_benchmark_runs_at_a_tiny_scale(tmp_path: Path) -> None:
+    db, result, _ = run_benchmark(tmp_path, "--repeat", "1", "--wait-samples", "3")
     (round_,) = result["rounds"]
     assert round_["plain"]["jobs"] == round_["fanout"]["jobs"] == 22
     assert round_["batch"]["jobs"] == 21
@@ -55,20 +63,11 @@ def test_the_workflow_benchmark_runs_at_a_tiny_scale(tmp_path: Path) -> None:
 def test_a_subset_with_the_plain_drain_reports_its_ratio(tmp_path: Path) -> None:
     """``--kinds plain,fanout`` (the A/B runs of the fan-in) gives each round's ratio
     to the same round's plain drain, and renders nothing."""
-    db = VENDOR_TO_DB[connection.vendor]
-    name = (os.environ.get("ARCATURE_DB_NAME") or "arcature") + "_wfbench_ci"
-    argv = [sys.executable, str(ROOT / "benchmarks" / "workflows.py"), "--db", db]
-    argv += ["--db-name", name, "--nodes", "20", "--repeat", "2", "--kinds", "plain,fanout"]
-    argv += ["--out", str(tmp_path / "workflows.md")]
-    if db == "sqlite":
-        argv += ["--url", f"sqlite:///{tmp_path / 'bench.sqlite3'}"]
-    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    _, result, log = run_benchmark(tmp_path, "--repeat", "2", "--kinds", "plain,fanout")
     assert len(result["rounds"]) == 2
     for found in result["rounds"]:
         assert set(found["order"]) == {"plain", "fanout"}
         assert found["fanout_ratio"] == found["fanout"]["rate"] / found["plain"]["rate"]
         assert "batch_ratio" not in found
-    assert "round 1 fanout ratio: " in out.stderr
+    assert "round 1 fanout ratio: " in log
     assert not (tmp_path / "workflows.md").exists()
