@@ -25,16 +25,19 @@ class WorkerRun:
     error: BaseException | None
 
 
-def run_worker(timeout: float = 30, **options: Any) -> WorkerRun:
+def run_worker(
+    timeout: float = 30, *, worker_class: type[Worker] = Worker, **options: Any
+) -> WorkerRun:
     """Run a ``Worker`` (``burst`` unless told otherwise) on a thread; stop it past ``timeout``.
 
     A worker that does not finish on its own is asked to stop, and the run says
     it did not finish: a stuck worker fails its test instead of hanging the suite.
+    ``worker_class`` is a subclass that records what the test looks at.
     """
     options.setdefault("burst", True)
     options.setdefault("install_signal_handlers", False)
     options.setdefault("shutdown_timeout", 1.0)
-    worker = Worker(**options)
+    worker = worker_class(**options)
     box: dict[str, Any] = {}
 
     def target() -> None:

@@ -9,14 +9,13 @@ happened, and how large, shows as a fact.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from django_arcature.models import Job, JobStatus
 from django_arcature.worker import Worker, loop
+from tests.faults.conftest import run_worker
 from tests.integration.conftest import MakeJobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -47,31 +46,11 @@ class RecordingWorker(Worker):
 
 def run(monkeypatch: pytest.MonkeyPatch, **options: Any) -> RecordingWorker:
     monkeypatch.setattr(loop, "FLUSH_DELAY", FOREVER)
-    worker = RecordingWorker(
-        burst=True,
-        install_signal_handlers=False,
-        shutdown_timeout=1.0,
-        duties=False,
-        listen=False,
-        **options,
-    )
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["status"] = worker.run()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=target, name="test-worker")
-    thread.start()
-    thread.join(60)
-    if thread.is_alive():
-        worker.stop()
-        thread.join(30)
-        pytest.fail("the worker did not finish")
-    assert box.get("status") == 0
-    return worker
+    result = run_worker(60, worker_class=RecordingWorker, duties=False, listen=False, **options)
+    assert result.finished, f"the worker did not finish ({result.error!r})"
+    assert result.status == 0
+    assert isinstance(result.worker, RecordingWorker)
+    return result.worker
 
 
 def test_finished_jobs_are_written_in_batches_larger_than_a_claim(
