@@ -117,11 +117,20 @@ def an_hour_of_history() -> list[uuid.UUID]:
 
 def login(driver: Any, base: str, next_url: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{base}/admin/login/?next={next_url}")
     driver.find_element(By.NAME, "username").send_keys("operator")
     driver.find_element(By.NAME, "password").send_keys(PASSWORD)
     driver.find_element(By.CSS_SELECTOR, "input[type=submit], button[type=submit]").click()
+    # The click returns before the POST's redirect lands: a caller's next get() could
+    # be overtaken by it and read the admin index instead of the page it asked for.
+    WebDriverWait(driver, 15).until(
+        lambda d: (
+            "/admin/login/" not in d.current_url
+            and d.execute_script("return document.readyState") == "complete"
+        )
+    )
 
 
 def test_requeue_dead_jobs_and_read_the_dashboard(
