@@ -256,12 +256,13 @@ class WorkflowBench:
     def drain(self, kind: str) -> dict[str, Any]:
         from django.db.models import Count, Max, Min
 
+        from django_arcature.bench.measure import cpu_between
         from django_arcature.models import Job, JobStatus
 
         self.clear()
         sampler = LockSampler(self.vendor)
         sampler.start_sampling()
-        cpu_before = self.measure._workers_cpu()
+        cpu_before = self.measure.workers_cpu()
         started = time.monotonic()
         expected = self.enqueue(kind)
         enqueued = time.monotonic() - started
@@ -274,7 +275,7 @@ class WorkflowBench:
                 sampler.finish()
                 raise SystemExit(f"{kind} did not drain in {self.options.drain_timeout}s")
             time.sleep(0.05)
-        cpu_after = self.measure._workers_cpu()
+        cpu_after = self.measure.workers_cpu()
         locks = sampler.finish()
         counts = dict(Job.objects.values_list("status").annotate(n=Count("id")))
         if counts != {JobStatus.SUCCEEDED: expected}:
@@ -283,7 +284,7 @@ class WorkflowBench:
         seconds = max((span["last"] - span["first"]).total_seconds(), 1e-6)
         gap = longest_idle_gap(Job.objects.values_list("started_at", "finished_at"))
         cpu = (
-            (cpu_after - cpu_before) * 1e6 / expected
+            cpu_between(cpu_before, cpu_after) * 1e6 / expected
             if cpu_before is not None and cpu_after is not None
             else None
         )

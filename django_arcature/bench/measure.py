@@ -125,7 +125,7 @@ def _threads_cpu(pid: int) -> dict[tuple[int, int], float] | None:
     return found or None
 
 
-def _spent(before: dict[Any, float], after: dict[Any, float]) -> float:
+def cpu_between(before: dict[Any, float], after: dict[Any, float]) -> float:
     """CPU seconds between two readings by process or thread; a newcomer started at zero."""
     return sum(t - before.get(key, 0.0) for key, t in after.items())
 
@@ -446,28 +446,28 @@ class Bench:
         self.clear()
         self.start_workers(processes)
         try:
-            cpu_before = self._workers_cpu()
+            cpu_before = self.workers_cpu()
             server_before = self._server_cpu()
             self._manager().enqueue_many(self.task, [()] * count, queue=self.queue)
             self.wait_drained()
-            cpu_after = self._workers_cpu()
+            cpu_after = self.workers_cpu()
             server_after = self._server_cpu()
         finally:
             self.stop_workers()
         self.cpu_us_per_job = (
-            _spent(cpu_before, cpu_after) * 1e6 / count
+            cpu_between(cpu_before, cpu_after) * 1e6 / count
             if cpu_before is not None and cpu_after is not None
             else None
         )
         self.server_cpu_us_per_job = None
         if server_before is not None and server_after:
-            self.server_cpu_us_per_job = _spent(server_before, server_after) * 1e6 / count
+            self.server_cpu_us_per_job = cpu_between(server_before, server_after) * 1e6 / count
         self._check_all_succeeded(count)
         span = self.jobs().aggregate(first=Min("started_at"), last=Max("finished_at"))
         seconds: float = max((span["last"] - span["first"]).total_seconds(), 1e-6)
         return count / seconds
 
-    def _workers_cpu(self) -> dict[tuple[int, int], float] | None:
+    def workers_cpu(self) -> dict[tuple[int, int], float] | None:
         """CPU seconds so far of each thread of the worker processes (Linux /proc), or None."""
         total: dict[tuple[int, int], float] = {}
         for proc, _, _ in self.workers:
@@ -515,11 +515,11 @@ class Bench:
         ``pickup_seconds`` says how long that was.
         """
         found: dict[str, float] = {"pickup_seconds": time.monotonic() - started}
-        cpu_after, server_after = self._workers_cpu(), self._server_cpu()
+        cpu_after, server_after = self.workers_cpu(), self._server_cpu()
         if cpu_before is not None and cpu_after is not None:
-            found["pickup_worker_cpu_us"] = _spent(cpu_before, cpu_after) * 1e6 / samples
+            found["pickup_worker_cpu_us"] = cpu_between(cpu_before, cpu_after) * 1e6 / samples
         if server_before is not None and server_after:
-            found["pickup_server_cpu_us"] = _spent(server_before, server_after) * 1e6 / samples
+            found["pickup_server_cpu_us"] = cpu_between(server_before, server_after) * 1e6 / samples
         return found
 
     def pickup(self, samples: int, settle: float = 1.0) -> dict[str, Any]:
@@ -547,7 +547,7 @@ class Bench:
 
         try:
             time.sleep(settle)  # let the worker settle into its idle wait
-            cpu_before, server_before = self._workers_cpu(), self._server_cpu()
+            cpu_before, server_before = self.workers_cpu(), self._server_cpu()
             sampling_started = time.monotonic()
             with connections[self.using].execute_wrapper(stamp_sql):
                 for _ in range(samples):
