@@ -17,8 +17,16 @@ before a timed stretch:
 * **pgqueuer** (if installed; benchmark-only): ``Queries.enqueue`` with lists of
   1,000 entrypoints, payloads and priorities, on psycopg's async connection, into
   its own database and schema (``pgq install``'s table, trigger and indexes).
+* **pgqueuer's COPY**: its rows, dumped from its tables after its run, loaded with
+  ``psql`` the same way into its own tables: into ``pgqueuer`` alone (its job table,
+  the figure beside ours), and into ``pgqueuer`` and ``pgqueuer_log`` in one
+  transaction per batch (its enqueue writes one log row per job in the same
+  statement): the physical limit of what its enqueue writes.
 
-Besides the rates: the server's CPU for our rows (the backend's scheduler CPU time
+Besides the rates: each table's indexes, triggers and CHECKs (from the catalog) and
+its COPY text per row; ``goal_of_copy``, 1.5x pgqueuer's rate as a fraction of our
+table's COPY limit measured in the same round (above 1: out of reach for any client);
+the server's CPU for our rows (the backend's scheduler CPU time
 in ``/proc/<pid>/schedstat``, per 1,000 rows), this process's CPU per 1,000 rows, and
 with ``--profile`` a cProfile of one round of ours. ``--ablate`` instead loads the
 same rows with ``psql`` into copies of our table that each lack one index, the
@@ -149,17 +157,83 @@ def split_dump(path: str, directory: str) -> list[str]:
 
 def psql_copy(dbname: str, table: str, parts: list[str]) -> float:
     """Rows per second of ``\\copy`` of every part, summed from psql's own timings."""
-    script = [f"TRUNCATE {table};", "\\timing on"]
-    script += [f"\\copy {table} FROM '{part}'" for part in parts]
+    return psql_copy_tables(dbname, {table: parts})
+
+
+def psql_copy_tables(dbname: str, tables: dict[str, list[str]]) -> float:
+    """Rows per second (rows of the first table) of ``\\copy`` of the i-th part of every
+    table in one transaction per i, summed from psql's own timings.
+
+    One table: each ``\\copy`` is its own transaction, as a bulk call is. Several (a
+    pgqueuer enqueue writes its job rows and as many log rows in one statement): the
+    parts of one batch go in between ``BEGIN`` and ``COMMIT``, and their times, the
+    ``BEGIN``'s and the ``COMMIT``'s (its WAL flush) are all counted.
+    """
+    names = list(tables)
+    script = [f"TRUNCATE {', '.join(names)};", "\\timing on"]
+    count = len(tables[names[0]])
+    for index in range(count):
+        copies = [f"\\copy {name} FROM '{tables[name][index]}'" for name in names]
+        script += copies if len(names) == 1 else ["BEGIN;", *copies, "COMMIT;"]
     out = psql(dbname, "\n".join(script) + "\n")
     times = [float(ms) for ms in re.findall(r"Time: ([0-9.]+) ms", out)]
-    copies = times[-len(parts) :]
-    rows = sum(Path(part).read_bytes().count(b"\n") for part in parts)
-    return rows / (sum(copies) / 1000)
+    rows = sum(Path(part).read_bytes().count(b"\n") for part in tables[names[0]])
+    return rows / (sum(times) / 1000)
+
+
+def psql_dump(dbname: str, table: str, path: str) -> None:
+    """``\\copy table TO path``: the rows as ``COPY`` text, for :func:`split_dump`."""
+    psql(dbname, f"\\copy {table} TO '{path}'\n")
+
+
+def schema_summary(dbname: str, tables: list[str]) -> dict[str, Any]:
+    """What a row of each table enters: its indexes (with their definitions), triggers
+    (with level and timing) and CHECK constraints, read from the catalog."""
+    import psycopg
+
+    dsn = f"postgresql://arcature:arcature@127.0.0.1:5432/{dbname}"
+    summary: dict[str, Any] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in tables:
+            indexes = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = %s ORDER BY indexname",
+                [table],
+            ).fetchall()
+            triggers = conn.execute(
+                "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+                "WHERE tgrelid = %s::regclass AND NOT tgisinternal ORDER BY tgname",
+                [table],
+            ).fetchall()
+            checks = conn.execute(
+                "SELECT count(*) FROM pg_constraint WHERE conrelid = %s::regclass "
+                "AND contype = 'c'",
+                [table],
+            ).fetchone()
+            columns = conn.execute(
+                "SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attnum > 0 AND NOT attisdropped",
+                [table],
+            ).fetchone()
+            summary[table] = {
+                "columns": columns[0] if columns else 0,
+                "indexes": [row[0] for row in indexes],
+                "triggers": [row[0] for row in triggers],
+                "checks": checks[0] if checks else 0,
+            }
+    return summary
+
+
+def bytes_per_row(parts: list[str]) -> float:
+    """Mean size of one row's ``COPY`` text (what the server parses per row)."""
+    data = [Path(part).read_bytes() for part in parts]
+    return sum(len(d) for d in data) / sum(d.count(b"\n") for d in data)
 
 
 class PgQueuer:
     """pgqueuer's bulk enqueue into its own database (schema from ``pgq install``)."""
+
+    #: What one ``Queries.enqueue`` writes: each job row, and its ``queued`` log row.
+    TABLES = ("pgqueuer", "pgqueuer_log")
 
     def __init__(self, dbname: str) -> None:
         import asyncio
@@ -184,12 +258,26 @@ class PgQueuer:
 
         return version("pgqueuer")
 
+    def dump(self, directory: str) -> dict[str, list[str]]:
+        """Each of :attr:`TABLES` as ``COPY`` text in parts of ``BATCH`` rows (after a
+        :meth:`run`, which leaves its rows in place), for :func:`psql_copy_tables`."""
+        parts = {}
+        for table in self.TABLES:
+            sub = os.path.join(directory, table)
+            os.makedirs(sub, exist_ok=True)
+            dump = os.path.join(sub, "rows.copy")
+            psql_dump(self.dbname, table, dump)
+            parts[table] = split_dump(dump, sub)
+        return parts
+
     def run(self, jobs: int) -> dict[str, float]:
         """Rate, client CPU and server CPU per 1,000 rows, as :meth:`Ours.run`."""
         return self.loop.run_until_complete(self._run(jobs))
 
     async def _run(self, jobs: int) -> dict[str, float]:
-        await self.conn.execute("TRUNCATE pgqueuer")
+        # Both: its enqueue writes a row to each (the log's ``queued`` row), and a log
+        # left to grow round after round would make its later rounds dearer than ours.
+        await self.conn.execute(f"TRUNCATE {', '.join(self.TABLES)}")
         pid = self.conn.info.backend_pid
         names, priorities = ["noop"] * BATCH, [0] * BATCH
         server = backend_cpu_seconds(pid)
@@ -311,19 +399,29 @@ def server_cpu_of_copy(dbname: str, table: str, parts: list[str]) -> float:
     """The backend's CPU (ms per 1,000 rows) for ``COPY`` of every part, each part its
     own transaction, the bytes sent as they are: a figure that a busy machine moves far
     less than a rate (the CPU of the rows, not the wait for a core)."""
+    return server_cpu_of_copy_tables(dbname, {table: parts})
+
+
+def server_cpu_of_copy_tables(dbname: str, tables: dict[str, list[str]]) -> float:
+    """As :func:`server_cpu_of_copy`, the i-th part of every table in one transaction
+    (see :func:`psql_copy_tables`); per 1,000 rows of the first table."""
     import psycopg
 
     dsn = f"postgresql://arcature:arcature@127.0.0.1:5432/{dbname}"
+    names = list(tables)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {table}")
+        conn.execute(f"TRUNCATE {', '.join(names)}")
         pid = conn.info.backend_pid
         before = backend_cpu_seconds(pid)
         rows = 0
-        for part in parts:
-            data = Path(part).read_bytes()
-            rows += data.count(b"\n")
-            with conn.transaction(), conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
-                copy.write(data)
+        for index in range(len(tables[names[0]])):
+            with conn.transaction():
+                for name in names:
+                    data = Path(tables[name][index]).read_bytes()
+                    if name == names[0]:
+                        rows += data.count(b"\n")
+                    with conn.cursor().copy(f"COPY {name} FROM STDIN") as copy:
+                        copy.write(data)
         spent = backend_cpu_seconds(pid) - before
     return spent / rows * 1000 * 1000
 
@@ -374,10 +472,11 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         parts: list[str] = []
+        peer_parts: dict[str, list[str]] = {}
+        forward = ["ours", "copy", "pgqueuer", "pgqueuer_copy"]
         for index in range(options.rounds):
             measured: dict[str, Any] = {}
-            order = ["ours", "copy", "pgqueuer"] if index % 2 == 0 else ["pgqueuer", "copy", "ours"]
-            for contender in order:
+            for contender in forward if index % 2 == 0 else forward[::-1]:
                 if contender == "ours":
                     measured.update(ours.run(options.jobs))
                 elif contender == "copy" and db == "postgres":
@@ -387,9 +486,35 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
                         ours.dump(dump)
                         parts = split_dump(dump, directory)
                     measured["copy"] = psql_copy(NAME, ours.table, parts)
+                    measured["copy_server_ms_per_1000"] = server_cpu_of_copy(
+                        NAME, ours.table, parts
+                    )
                 elif contender == "pgqueuer" and peer is not None:
                     measured.update(peer.run(options.jobs))
+                elif contender == "pgqueuer_copy" and peer is not None:
+                    if not peer_parts:
+                        peer.run(options.jobs)
+                        peer_parts = peer.dump(os.path.join(directory, "pgqueuer"))
+                    # Its job table alone (as "copy" is ours), then with the log rows
+                    # its enqueue writes in the same transaction: its own limit.
+                    alone = {"pgqueuer": peer_parts["pgqueuer"]}
+                    measured["pgqueuer_copy"] = psql_copy_tables(peer.dbname, alone)
+                    measured["pgqueuer_copy_server_ms_per_1000"] = server_cpu_of_copy_tables(
+                        peer.dbname, alone
+                    )
+                    measured["pgqueuer_copy_with_log"] = psql_copy_tables(peer.dbname, peer_parts)
+                    measured["pgqueuer_copy_with_log_server_ms_per_1000"] = (
+                        server_cpu_of_copy_tables(peer.dbname, peer_parts)
+                    )
             rounds.append(measured)
+        if parts:
+            result["copy_bytes_per_row"] = bytes_per_row(parts)
+            result["schema"] = schema_summary(NAME, [ours.table])
+        if peer_parts and peer is not None:
+            result["pgqueuer_copy_bytes_per_row"] = {
+                table: bytes_per_row(table_parts) for table, table_parts in peer_parts.items()
+            }
+            result["pgqueuer_schema"] = schema_summary(peer.dbname, list(PgQueuer.TABLES))
     if options.profile:
         profiler = cProfile.Profile()
         ours.clear()
@@ -416,6 +541,19 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
         ratios = [r["rate"] / r["pgqueuer"] for r in rounds]
         result["vs_pgqueuer"] = statistics.median(ratios)
         result["vs_pgqueuer_range"] = [min(ratios), max(ratios)]
+    if "copy" in result and "pgqueuer_copy" in result:
+        # The physical question: 1.5x pgqueuer as a fraction of our table's COPY limit
+        # (above 1: out of reach for any client), and each table's limit side by side.
+        result["goal_of_copy"] = statistics.median(1.5 * r["pgqueuer"] / r["copy"] for r in rounds)
+        result["copy_vs_pgqueuer_copy"] = statistics.median(
+            r["copy"] / r["pgqueuer_copy"] for r in rounds
+        )
+        result["copy_vs_pgqueuer_copy_with_log"] = statistics.median(
+            r["copy"] / r["pgqueuer_copy_with_log"] for r in rounds
+        )
+        result["pgqueuer_of_its_copy"] = statistics.median(
+            r["pgqueuer"] / r["pgqueuer_copy_with_log"] for r in rounds
+        )
     result["load_after"] = load_average()
     return result
 
