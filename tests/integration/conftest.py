@@ -11,9 +11,10 @@ import pytest
 from django.db import connection
 from django.dispatch import Signal
 
-from django_arcature import signals
+from django_arcature import Workflow, signals
 from django_arcature.db import ClaimedJob
 from django_arcature.models import Job
+from tests.testapp import workflow_jobs as wf
 
 MakeJobs = Callable[..., list[uuid.UUID]]
 
@@ -144,3 +145,12 @@ def announced() -> Iterator[list[Job]]:
     signals.job_enqueued.connect(receive, weak=False)
     yield seen
     signals.job_enqueued.disconnect(receive)
+
+
+def member_flow(name: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """A two-node workflow (root, then child after it): the root a member to complete."""
+    flow = Workflow(name)
+    root = flow.add(wf.step, "root")
+    child = flow.add(wf.step, "child", after=[root])
+    flow.enqueue()
+    return root.job_id, child.job_id

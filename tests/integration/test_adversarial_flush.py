@@ -25,12 +25,10 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection
 
-from django_arcature import Workflow
 from django_arcature.models import Job, JobStatus
 from django_arcature.transitions import ClaimTransition, Completion
-from tests.testapp import workflow_jobs as wf
 
-from .conftest import MakeJobs, Recorder, fresh
+from .conftest import MakeJobs, Recorder, fresh, member_flow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,14 +52,6 @@ def succeeded(job_id: uuid.UUID, result: Any = None) -> Completion:
 def flush(completions: list[Completion]) -> list[ClaimTransition]:
     """The worker's flush call."""
     return [w.outcome for w in Job.objects.write_completions(completions, plain_alone=True)]
-
-
-def member_flow(name: str) -> tuple[uuid.UUID, uuid.UUID]:
-    flow = Workflow(name)
-    root = flow.add(wf.step, "root")
-    child = flow.add(wf.step, "child", after=[root])
-    flow.enqueue()
-    return root.job_id, child.job_id
 
 
 @contextmanager

@@ -19,13 +19,11 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, transaction
 
-from django_arcature import Workflow
 from django_arcature.models import Job, JobStatus
 from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.workflows.models import WorkflowNode
-from tests.testapp import workflow_jobs as wf
 
-from .conftest import MakeJobs, fresh
+from .conftest import MakeJobs, fresh, member_flow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,14 +74,6 @@ def failing_after_first_update() -> Iterator[None]:
 
     with connection.execute_wrapper(fail):
         yield
-
-
-def member_flow(name: str) -> tuple[uuid.UUID, uuid.UUID]:
-    flow = Workflow(name)
-    root = flow.add(wf.step, "root")
-    child = flow.add(wf.step, "child", after=[root])
-    flow.enqueue()
-    return root.job_id, child.job_id
 
 
 @pytest.mark.only_on("postgresql", reason="PostgreSQL's driver writes plain jobs alone")
