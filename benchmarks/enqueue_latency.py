@@ -20,7 +20,10 @@ Then, once per round: the time one ``enqueue()`` adds inside a request's own
 transaction (``bench.measure.Bench.enqueue_in_transaction``: p50 and p99), on
 PostgreSQL its breakdown (``ladder:`` figures, ``--ladder`` samples per rung: a bare
 round trip, our INSERT alone, through Django's cursor, the enqueue first and second
-in its transaction, its Python alone; see ``Contenders.ladder``), and
+in its transaction, its Python alone; see ``Contenders.ladder``), the server's part
+of that INSERT (``server ladder:`` figures: the INSERT and its COMMIT into scratch
+copies of the job table that add its primary key, CHECKs, indexes and trigger one at a
+time, and prepared; see ``Contenders.server_ladder``), and
 async producers through Django's ASGI handler (``AsyncClient``): an ``async def``
 view awaiting ``noop.aenqueue()`` against a sync view calling ``noop.enqueue()``
 (which the ASGI handler runs in its thread) and an async view awaiting
@@ -360,6 +363,99 @@ class Contenders:
         self.clear()
         return {f"ladder: {name}": statistics.median(times) for name, times in samples.items()}
 
+    def server_ladder(self, count: int) -> dict[str, float]:
+        """Where the server's part of our INSERT goes: p50 of the INSERT and of its COMMIT
+        per rung, in µs, on a psycopg connection of its own (no Django, no Python of ours).
+
+        The rungs are the INSERT our enqueue sends (literal, a fresh id each time) into
+        scratch copies of the job table (``CREATE TABLE ... (LIKE ...)`` in the bench
+        database, dropped afterwards) that add one part of the real table's schema at a
+        time: no index or constraint; the primary key; the primary key and the CHECK
+        constraints; every index without the CHECKs; every index and CHECK (the real table
+        minus its trigger); then the real table (with its statement-level INSERT trigger,
+        whose ``pg_notify`` shows in the COMMIT too); then the real table with the INSERT
+        sent as parameters and prepared (what ``--prepare`` lets psycopg do: no parse or
+        plan per statement). Each sample is ``BEGIN; SELECT 1;`` then the timed INSERT,
+        then the timed COMMIT; the rungs take turns sample by sample. The differences
+        between rungs are what each part costs; the schema itself is the migrations'.
+        """
+        import uuid
+
+        from psycopg.types.json import Jsonb
+
+        assert self.floor is not None
+        raw, sql, ident = self.floor
+        dashed = "-" in ident
+        scratch = {
+            "arcature_ladder_bare": ["INCLUDING DEFAULTS"],
+            "arcature_ladder_pk": ["INCLUDING DEFAULTS"],
+            "arcature_ladder_checks": ["INCLUDING DEFAULTS", "INCLUDING CONSTRAINTS"],
+            "arcature_ladder_indexes": ["INCLUDING DEFAULTS", "INCLUDING INDEXES"],
+            "arcature_ladder_all": ["INCLUDING ALL"],
+        }
+        quoted = f'"{self.table}"'
+        assert quoted in sql
+        for name, like in scratch.items():
+            raw.execute(f"DROP TABLE IF EXISTS {name}")
+            raw.execute(f"CREATE TABLE {name} (LIKE {quoted} {' '.join(like)})")
+        raw.execute("ALTER TABLE arcature_ladder_pk ADD PRIMARY KEY (id)")
+        raw.execute("ALTER TABLE arcature_ladder_checks ADD PRIMARY KEY (id)")
+
+        def literal(table: str) -> Any:
+            statement = sql.replace(quoted, table, 1)
+
+            def insert() -> None:
+                fresh = uuid.uuid4()
+                raw.execute(
+                    statement.replace(ident, str(fresh) if dashed else fresh.hex)
+                ).fetchone()
+
+            return insert
+
+        # The same INSERT with the id and the payload as parameters, prepared by psycopg.
+        payload = '\'{"args": [], "kwargs": {}}\''
+        assert payload in sql
+        with_params = (
+            sql.replace("%", "%%").replace(f"'{ident}'", "%s", 1).replace(payload, "%s", 1)
+        )
+
+        def prepared() -> None:
+            params = [uuid.uuid4(), Jsonb({"args": [], "kwargs": {}})]
+            raw.execute(with_params, params, prepare=True).fetchone()
+
+        rungs: list[tuple[str, Any]] = [
+            ("no index or constraint", literal("arcature_ladder_bare")),
+            ("primary key", literal("arcature_ladder_pk")),
+            ("primary key + CHECKs", literal("arcature_ladder_checks")),
+            ("every index, no CHECK", literal("arcature_ladder_indexes")),
+            ("every index and CHECK, no trigger", literal("arcature_ladder_all")),
+            ("the job table (with its trigger)", literal(quoted)),
+            ("the job table, prepared", prepared),
+        ]
+        inserts: dict[str, list[float]] = {name: [] for name, _ in rungs}
+        commits: dict[str, list[float]] = {name: [] for name, _ in rungs}
+        self.clear()
+        try:
+            for index in range(count * len(rungs)):
+                name, rung = rungs[index % len(rungs)]
+                raw.execute("BEGIN")
+                raw.execute("SELECT 1")
+                started = time.perf_counter()
+                rung()
+                inserts[name].append((time.perf_counter() - started) * 1e6)
+                started = time.perf_counter()
+                raw.execute("COMMIT")
+                commits[name].append((time.perf_counter() - started) * 1e6)
+        finally:
+            for name in scratch:
+                raw.execute(f"DROP TABLE IF EXISTS {name}")
+            self.clear()
+        result = {}
+        for name in inserts:
+            result[f"server ladder: INSERT, {name}"] = statistics.median(inserts[name])
+            result[f"server ladder: COMMIT, {name}"] = statistics.median(commits[name])
+        return result
+
     def asgi(self, count: int) -> dict[str, float]:
         """Requests per second through the ASGI handler, per view."""
         from asgiref.sync import async_to_sync
@@ -438,6 +534,7 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
             measured.update(contenders.measure.enqueue_in_transaction(options.jobs))
             if db == "postgres":
                 measured.update(contenders.ladder(options.ladder))
+                measured.update(contenders.server_ladder(options.ladder))
             measured.update(contenders.asgi(options.requests))
             rounds.append(measured)
     finally:
