@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.concurrency.local_users import require_root
 from tests.dburl import database_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,6 +124,23 @@ def wait_started(events: Path, job_id: object, timeout: float = 30) -> None:
         timeout=timeout,
         what=f"a handler thread to start job {job_id}",
     )
+
+
+@pytest.fixture
+def shared(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A stand-in for /tmp (root's, mode 1777) that this process and its workers use as
+    their temporary folder, so the default hint folder is looked for in it.
+
+    (``tmp_path`` first: pytest must settle its own temporary folder before ours
+    becomes the system's.)"""
+    require_root()
+    folder = Path(tempfile.mkdtemp(prefix="arc-x-", dir="/tmp"))
+    folder.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 __all__ = ["WorkerProcess", "read_events", "signal", "wait_started", "wait_until"]

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import socket
 import stat
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,25 +27,12 @@ import pytest
 from django_arcature.hints import HINT_CHANNEL, HintReceiver
 from django_arcature.worker.wakeup import LISTEN_CHANNEL, WakePairs
 from tests.concurrency.conftest import wait_until
-from tests.concurrency.local_users import HOSTILE, ensure_user, require_root, run_as
+from tests.concurrency.local_users import HOSTILE, ensure_user, run_as
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 #: The backend PID the forger names (any: the worker cannot tell a forged one).
 FORGED_PID = 4242
-
-
-@pytest.fixture
-def shared(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """A stand-in for /tmp (root's, mode 1777) where the default hint folder is made."""
-    require_root()
-    folder = Path(tempfile.mkdtemp(prefix="arc-f-", dir="/tmp"))
-    folder.chmod(0o1777)
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    monkeypatch.setenv("TMPDIR", str(folder))
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 class Wakes:

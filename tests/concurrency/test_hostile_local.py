@@ -20,12 +20,10 @@ import json
 import logging
 import os
 import pwd
-import shutil
 import socket
 import stat
-import tempfile
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -58,23 +56,6 @@ def hostile() -> pwd.struct_passwd:
 def owner() -> pwd.struct_passwd:
     require_root()
     return ensure_user(OWNER)
-
-
-@pytest.fixture
-def shared(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """A stand-in for /tmp (root's, mode 1777) that this process and its workers use as
-    their temporary folder, so the default hint folder is looked for in it.
-
-    (``tmp_path`` first: pytest must settle its own temporary folder before ours
-    becomes the system's.)"""
-    require_root()
-    folder = Path(tempfile.mkdtemp(prefix="arc-x-", dir="/tmp"))
-    folder.chmod(0o1777)
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    monkeypatch.setenv("TMPDIR", str(folder))
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def plant(user: pwd.struct_passwd, code: str) -> None:
