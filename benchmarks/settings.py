@@ -16,6 +16,10 @@ DATABASES = {
 }
 if os.environ.get("ARCATURE_PGBOUNCER") == "1":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# A project's opt-in to psycopg's prepared statements (benchmarks/pickup.py --prepare-threshold).
+PREPARE_THRESHOLD = os.environ.get("ARCATURE_BENCH_PREPARE_THRESHOLD")
+if PREPARE_THRESHOLD:
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = int(PREPARE_THRESHOLD)
 LISTEN_URL = os.environ.get("ARCATURE_BENCH_LISTEN_URL")
 if LISTEN_URL:
     DATABASES["listen"] = parse(LISTEN_URL, BASE_DIR)
