@@ -10,7 +10,8 @@ in turn for every sample (so each pair of figures is measured under the same loa
 * ``gate``: what the worker's main thread calls, ``QueueGate.claim`` (pause flags,
   the manager, the driver, the rows decoded into ``ClaimedJob``);
 * ``gate_prepared``: the same on a connection whose alias sets
-  ``OPTIONS["prepare_threshold"] = 1`` (psycopg prepares the claim on the server);
+  ``OPTIONS["server_side_binding"] = True`` and ``"prepare_threshold": 1`` (psycopg
+  prepares the claim on the server, and PostgreSQL keeps its generic plan after five);
 * ``manager``: ``Job.objects.claim`` for the worker's queue;
 * ``django``: the driver's SQL text and parameters through Django's cursor, rows fetched;
 * ``raw``: the same text and parameters on the psycopg connection beneath it;
@@ -172,11 +173,15 @@ def run(samples: int) -> dict[str, Any]:
 
 
 def _preparing_alias(connections: Any) -> str:
-    """A second alias of the benchmark's database that lets psycopg prepare statements."""
+    """A second alias of the benchmark's database whose statements psycopg prepares."""
     alias = "prepared"
     if alias not in connections.settings:
         entry = copy.deepcopy(connections.settings["default"])
-        entry["OPTIONS"] = {**entry.get("OPTIONS", {}), "prepare_threshold": 1}
+        entry["OPTIONS"] = {
+            **entry.get("OPTIONS", {}),
+            "server_side_binding": True,
+            "prepare_threshold": 1,
+        }
         connections.settings[alias] = entry
     return alias
 

@@ -76,30 +76,12 @@ def claim_with_cte(
         if len(_STATEMENTS) >= _MAX_STATEMENTS:  # a lease or queue count per call: bounded
             _STATEMENTS.clear()
         _STATEMENTS[shape] = sql
-    with _claim_cursor(connection) as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     # RETURNING follows no order: restore the claim's (priority desc, then oldest).
     rows.sort(key=lambda row: (-row[_PRIORITY], row[_AVAILABLE_AT]))
     return claimed_from_rows(rows)
-
-
-def _claim_cursor(connection: Any) -> Any:
-    """Django's cursor, or where the project allows prepared statements on this
-    PostgreSQL connection (``OPTIONS["prepare_threshold"]``) but binds on the client,
-    a server-binding cursor of the same connection, wrapped as Django wraps its own.
-
-    Why: of an idle claim's server time, parsing and planning the statement afresh
-    was about half (``benchmarks/pickup_claim.py``: 0.52 ms of backend CPU per claim,
-    0.25 ms for the same statement ``EXECUTE``d). psycopg prepares the claim after
-    that many executions, as it does the enqueue's INSERT
-    (:func:`~django_arcature.manager.row_insert.preparing_cursor_class`, whose rule
-    this follows: Django's default prepares nothing, so PgBouncer in transaction
-    mode, where a prepared statement would be lost between transactions, keeps working).
-    """
-    from django_arcature.manager.row_insert import _cursor, preparing_cursor_class
-
-    return _cursor(connection, preparing_cursor_class(connection))
 
 
 class _Shape(NamedTuple):
@@ -136,10 +118,12 @@ def _claim_sql(qn: Any, shape: _Shape) -> str:
     if shape.exclude:
         queue_filter += f" AND {qn('queue')} NOT IN ({', '.join(['%s'] * shape.exclude)})"
     table = shape.table
-    # PostgreSQL: the statuses are literals, not parameters. A prepared claim's generic
-    # plan (the one PostgreSQL keeps once it stops planning each execution) can then
-    # prove ``status = 'pending'`` implies the partial claim indexes' predicate and
-    # use them; with ``status = $1`` it could not, and would scan the table.
+    # PostgreSQL: the statuses are literals, not parameters. Django's default binding
+    # merged them into the text already; with ``server_side_binding`` psycopg prepares
+    # the claim, and the generic plan PostgreSQL then keeps can prove ``status =
+    # 'pending'`` implies the partial claim indexes' predicate and use them. With
+    # ``status = $1`` it could not, and scanned the table (tests/integration/
+    # test_prepared_claim.py, 20,000 finished rows).
     pending, running = ("%s", "%s") if shape.recheck else ("'pending'", "'running'")
     if shape.recheck:
         # The unary + keeps SQLite from reaching the rows through a status index
