@@ -893,6 +893,8 @@ class Worker(HandlerThreads):
 
     def _hold_written_off(self, batch: Sequence[_Done]) -> bool:
         """Before writing the timeout of an abandoned thread still running, hold its slot."""
+        if not any(limit.concurrency is not None for limit in self._gate.limits.values()):
+            return True  # no queue caps concurrency: no job of the batch can hold a slot
         running = self._handlers_running()
         jobs = [
             entry.job
