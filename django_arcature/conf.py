@@ -32,6 +32,9 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     # How many jobs one claim round trip takes at most.
     "BATCH_SIZE": 50,
+    # The most a worker's claims may grow to under a backlog of short jobs (None:
+    # 4 x BATCH_SIZE when BATCH_SIZE is the default, else BATCH_SIZE: no growth).
+    "BATCH_SIZE_MAX": None,
     # Handler threads per worker process.
     "CONCURRENCY": 4,
     # Attempts a job gets unless its @job or enqueue call says otherwise.
@@ -106,6 +109,7 @@ class ArcatureSettings:
     lease_seconds: int = DEFAULTS["LEASE_SECONDS"]
     poll_interval: float = DEFAULTS["POLL_INTERVAL"]
     batch_size: int = DEFAULTS["BATCH_SIZE"]
+    batch_size_max: int | None = DEFAULTS["BATCH_SIZE_MAX"]
     concurrency: int = DEFAULTS["CONCURRENCY"]
     max_attempts: int = DEFAULTS["MAX_ATTEMPTS"]
     timeout: float | None = DEFAULTS["TIMEOUT"]
@@ -197,6 +201,10 @@ _RULES: dict[str, tuple[Any, str]] = {
     "BATCH_SIZE": (
         _whole(1, MAX_BATCH_SIZE),
         f"a whole number from 1 to {MAX_BATCH_SIZE} (e.g. 50)",
+    ),
+    "BATCH_SIZE_MAX": (
+        lambda v: v is None or _whole(1, MAX_BATCH_SIZE)(v),
+        f"None or a whole number from 1 to {MAX_BATCH_SIZE} (e.g. 200)",
     ),
     "CONCURRENCY": (
         _whole(1, MAX_CONCURRENCY),

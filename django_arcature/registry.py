@@ -128,8 +128,10 @@ class JobSpec:
             ),
         )
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
+        """``async def`` or not: read once (``inspect`` unwraps partials per call), as the
+        worker asks twice a job; ``func`` never changes on a spec."""
         return inspect.iscoroutinefunction(self.func)
 
     def validate(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:

@@ -58,6 +58,8 @@ def notify(signal: Signal, sender: type[Any], **kwargs: Any) -> list[tuple[Any, 
     with its traceback (logger ``django.dispatch``) and returns it in place of
     its response.
     """
-    if not signal.has_listeners(sender):
+    # ``receivers`` empty (the usual worker: no metrics, no tracing) answers without
+    # ``has_listeners``, which takes the signal's lock and walks its list: twice a job.
+    if not signal.receivers or not signal.has_listeners(sender):
         return []
     return signal.send_robust(sender, **kwargs)

@@ -65,6 +65,9 @@ CLAIM_COLUMNS = (
 )
 
 
+#: Each column's position in a claimed row.
+_AT = {column: index for index, column in enumerate(CLAIM_COLUMNS)}
+
 #: Columns a claim reads as text, and those of them that hold JSON. The trace
 #: context only serves tracing: when it cannot be read it is dropped, and the job runs.
 TEXT_COLUMNS = frozenset(
@@ -149,9 +152,11 @@ def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> Claim
     one job off as ``malformed`` and runs the rest of its batch. Only an id or
     claim token that is not a UUID raises: without them no write can be fenced.
     """
-    values = dict(zip(CLAIM_COLUMNS, row, strict=True))
-    job_id = as_uuid(values["id"])
-    token = as_uuid(values["claim_token"])
+    if len(row) != len(CLAIM_COLUMNS):
+        raise ValueError(f"a claimed row has {len(row)} columns, not {len(CLAIM_COLUMNS)}")
+    # Read by position (_AT), not through a dict of the row: once per claimed row.
+    job_id = as_uuid(row[_AT["id"]])
+    token = as_uuid(row[_AT["claim_token"]])
     problems: list[str] = []
     decoded: dict[str, Any] = {}
     # Once per claimed row of every drain: the columns' positions and kinds are
@@ -171,21 +176,21 @@ def claimed_from_row(row: Sequence[Any], *, json_decoded: bool = False) -> Claim
     trace_context = decoded["trace_context"]
     name = decoded["task_name"]
     if not isinstance(name, str):  # kept readable for the logs and the admin
-        name = bytes(values["task_name"]).decode("utf-8", "replace")
+        name = bytes(row[_AT["task_name"]]).decode("utf-8", "replace")
     log = decoded["attempt_log"]
     return ClaimedJob(
         id=job_id,
         task_name=name,
         queue=decoded["queue"] if isinstance(decoded["queue"], str) else "",
-        priority=values["priority"],
+        priority=row[_AT["priority"]],
         payload=decoded["payload"],
-        attempts=values["attempts"],
-        max_attempts=values["max_attempts"],
+        attempts=row[_AT["attempts"]],
+        max_attempts=row[_AT["max_attempts"]],
         claim_token=token,
-        lease_seconds=values["lease_seconds"],
+        lease_seconds=row[_AT["lease_seconds"]],
         backend=decoded["backend"] or "",
         attempt_log=log if isinstance(log, list) else [],
-        available_at=_as_datetime(values["available_at"]),
+        available_at=_as_datetime(row[_AT["available_at"]]),
         trace_context=trace_context if isinstance(trace_context, dict) else {},
         undecodable=(
             "the stored job could not be read: " + "; ".join(problems) if problems else ""

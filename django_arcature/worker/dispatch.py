@@ -442,6 +442,7 @@ def process(
     loop: asyncio.AbstractEventLoop | None = None,
     settings: ArcatureSettings | None = None,
     supervised: bool = False,
+    plan: AttemptPlan | None = None,
 ) -> Completion:
     """Run ``claimed`` and return the fenced completion to write for it.
 
@@ -451,10 +452,13 @@ def process(
     ``policy`` defaults to the job's ``@job(retry=...)`` or the ARCATURE
     backoff; ``timeout`` defaults to the job's ``@job(timeout=...)`` or
     ``ARCATURE['TIMEOUT']`` (pass ``None`` explicitly for no timeout).
-    ``supervised`` and ``loop``: see :func:`run_handler`.
+    ``supervised`` and ``loop``: see :func:`run_handler`. ``plan``: the job's
+    :func:`plan_attempt`, when the caller made it already (the worker does, to
+    watch the deadline), so the registry and its declarations are read once a job.
     """
     check_timeout(None if timeout is _UNSET else timeout)
-    plan = plan_attempt(claimed, settings or get_settings())
+    if plan is None:
+        plan = plan_attempt(claimed, settings or get_settings())
     if timeout is _UNSET:
         timeout = plan.timeout
     signals.notify(signals.job_attempt_started, ClaimedJob, job=claimed, worker_id=worker_id)

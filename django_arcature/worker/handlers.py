@@ -225,6 +225,7 @@ class HandlerThreads:
                 timeout=plan.timeout,
                 policy=plan.policy,
                 supervised=True,
+                plan=plan,
             )
         except BaseException as exc:  # a bug of ours while running it: never lose the job
             logger.exception(
