@@ -25,56 +25,6 @@ collect_ignore = [] if os.environ.get("ARCATURE_THIRDPARTY") == "1" else ["third
 _unreachable: str | None = None
 
 
-def _postgresql_flush_by_delete() -> None:
-    """Empty the tables between transactional tests on PostgreSQL with ``DELETE``, as
-    Django already does on MariaDB, instead of one ``TRUNCATE`` of every table.
-
-    Django's test flush on PostgreSQL truncates all the tables (20 here) after each
-    ``transaction=True`` test; a ``TRUNCATE`` gives every table and index a new file
-    and takes an exclusive lock on each. Measured on the test database (load average
-    8, other sessions' benchmarks beside): 390-840 ms per flush, against 9-88 ms for
-    a ``DELETE`` per table of the few rows a test leaves; with the post-migrate
-    signal Django sends after each flush, 0.9-1.4 s against 0.1-0.36 s. The newest
-    PostgreSQL environment runs about 550 such tests. What the next test sees is the
-    same: empty tables, sequences not reset (Django resets them only when asked,
-    and then this keeps its ``TRUNCATE``). The flush runs in one transaction and
-    Django's foreign keys are ``DEFERRABLE INITIALLY DEFERRED``, so the order of the
-    tables does not matter. A ``DELETE`` trigger would fire here where a
-    ``TRUNCATE`` did not: the schema has none (the job table's triggers are on
-    ``INSERT`` and ``UPDATE``). ``ARCATURE_TEST_FLUSH=truncate`` keeps Django's flush.
-    """
-    if os.environ.get("ARCATURE_TEST_FLUSH") == "truncate":
-        return
-    try:
-        from django.db.backends.postgresql.operations import DatabaseOperations
-    except ImportError:  # no psycopg: there is no PostgreSQL to flush
-        return
-
-    truncate = DatabaseOperations.sql_flush
-
-    def sql_flush(
-        self: DatabaseOperations,
-        style: Any,
-        tables: Any,
-        *,
-        reset_sequences: bool = False,
-        allow_cascade: bool = False,
-    ) -> list[str]:
-        if reset_sequences or allow_cascade or not tables:
-            return truncate(
-                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
-            )
-        return [
-            f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};"
-            for table in tables
-        ]
-
-    DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign,assignment]
-
-
-_postgresql_flush_by_delete()
-
-
 def _probe_database(config: pytest.Config) -> str | None:
     """None if the configured server answers, else why not."""
     from django.db import connections
