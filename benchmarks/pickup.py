@@ -15,6 +15,12 @@ shared machine, compare only figures taken under the same load. Like
 runs, in the same process, so each pair is taken under the same load: the
 physical floor (another client's INSERT and wake-up to a one-statement claim,
 no queue code) beside our figure, and the commit with and without the WAL flush.
+
+``--server-binding N`` sets ``OPTIONS["server_side_binding"] = True`` and
+``"prepare_threshold": N`` on the benchmark's database alias, in this process and
+the worker's: psycopg then prepares every statement sent N times, the enqueue's
+INSERT and the worker's claim included. ``benchmarks/pickup_claim.py`` takes the
+claim itself apart.
 """
 
 from __future__ import annotations
@@ -31,10 +37,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child(db: str, runs: int, samples: int, floor: bool = False) -> dict[str, Any]:
+def child(
+    db: str, runs: int, samples: int, floor: bool = False, server_binding: int | None = None
+) -> dict[str, Any]:
     from benchmarks.run import URLS, ensure_database, load_average
 
     os.environ["DATABASE_URL"] = URLS[db]
+    if server_binding is not None:  # read by benchmarks/settings.py, here and in the worker
+        os.environ["ARCATURE_BENCH_SERVER_BINDING"] = str(server_binding)
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     ensure_database(URLS[db])
     import django
@@ -64,6 +74,7 @@ def child(db: str, runs: int, samples: int, floor: bool = False) -> dict[str, An
         "samples": samples,
         "load_before": load_before,
         "load_after": load_average(),
+        "server_binding": server_binding,
     }
     for key in (
         "pickup_p50_ms",
@@ -108,10 +119,18 @@ def main() -> None:
         action="store_true",
         help="after each run, the physical floor without the queue (benchmarks/pickup_floor.py)",
     )
+    parser.add_argument(
+        "--server-binding",
+        type=int,
+        metavar="N",
+        help="PostgreSQL: server-side binding, statements prepared after N uses (the claim too)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
-        result = child(options.one, options.runs, options.samples, options.floor)
+        result = child(
+            options.one, options.runs, options.samples, options.floor, options.server_binding
+        )
         print("RESULT " + json.dumps(result), flush=True)
         return
     for db in options.db.split(","):

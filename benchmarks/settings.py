@@ -16,6 +16,13 @@ DATABASES = {
 }
 if os.environ.get("ARCATURE_PGBOUNCER") == "1":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# Django's server-side binding, every statement prepared once sent this often
+# (benchmarks/pickup.py --server-binding N): the worker's claim is prepared too.
+SERVER_BINDING = os.environ.get("ARCATURE_BENCH_SERVER_BINDING")
+if SERVER_BINDING:
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=int(SERVER_BINDING)
+    )
 LISTEN_URL = os.environ.get("ARCATURE_BENCH_LISTEN_URL")
 if LISTEN_URL:
     DATABASES["listen"] = parse(LISTEN_URL, BASE_DIR)

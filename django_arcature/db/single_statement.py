@@ -51,10 +51,11 @@ def claim_with_cte(
     how :mod:`.relaxed_claim` turns the claim's own commit asynchronous without a
     round trip of its own.
     """
-    params: list[Any] = ["pending", *(queues or ()), *exclude, batch, "running"]
-    params.extend([worker_id, lease_seconds])
     if recheck:
-        params.append("pending")
+        params: list[Any] = ["pending", *(queues or ()), *exclude, batch, "running"]
+        params.extend([worker_id, lease_seconds, "pending"])
+    else:  # the statuses are written into the text (see _claim_sql)
+        params = [*(queues or ()), *exclude, batch, worker_id, lease_seconds]
     shape = _Shape(
         type(connection.ops),
         connection.vendor,
@@ -117,6 +118,13 @@ def _claim_sql(qn: Any, shape: _Shape) -> str:
     if shape.exclude:
         queue_filter += f" AND {qn('queue')} NOT IN ({', '.join(['%s'] * shape.exclude)})"
     table = shape.table
+    # PostgreSQL: the statuses are literals, not parameters. Django's default binding
+    # merged them into the text already; with ``server_side_binding`` psycopg prepares
+    # the claim, and the generic plan PostgreSQL then keeps can prove ``status =
+    # 'pending'`` implies the partial claim indexes' predicate and use them. With
+    # ``status = $1`` it could not, and scanned the table (tests/integration/
+    # test_prepared_claim.py, 20,000 finished rows).
+    pending, running = ("%s", "%s") if shape.recheck else ("'pending'", "'running'")
     if shape.recheck:
         # The unary + keeps SQLite from reaching the rows through a status index
         # (it does, on a table never analysed, walking every pending row): the
@@ -138,12 +146,12 @@ def _claim_sql(qn: Any, shape: _Shape) -> str:
     return f"""
         WITH picked AS {shape.materialized} (
             SELECT {qn("id")} FROM {qn(table)}
-            WHERE {qn("status")} = %s AND {due} <= {now} {queue_filter}
+            WHERE {qn("status")} = {pending} AND {due} <= {now} {queue_filter}
             ORDER BY {qn("priority")} DESC, {qn("available_at")}
             LIMIT %s {shape.lock}
         )
         UPDATE {qn(table)} SET
-            {qn("status")} = %s,
+            {qn("status")} = {running},
             {qn("attempts")} = {qn("attempts")} + 1,
             {qn("claim_token")} = {shape.token_sql},
             {qn("locked_by")} = %s,

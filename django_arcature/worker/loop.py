@@ -124,6 +124,10 @@ class WorkerStats:
 ClaimKey = tuple[uuid.UUID, uuid.UUID]
 
 
+#: The listener's word that its LISTEN delivers from now on (see ``Listener.on_listening``).
+LISTENING = "listening"
+
+
 @dataclass(frozen=True)
 class _Cancelled:
     """A notification that a running job was cancelled (PostgreSQL, migration 0013)."""
@@ -385,6 +389,11 @@ class Worker(HandlerThreads):
             # One of ours? Then heartbeat now: the fenced heartbeat finds the claim
             # gone and raises cancel_requested, as it would at the next beat.
             if any(str(key[0]) == item.job_id for key in self._inflight):
+                self._next_heartbeat = 0.0
+        elif item == LISTENING:
+            # The LISTEN was deaf until now (the worker's start, a reconnect): a cancel
+            # of a job already running may have gone unheard, so heartbeat now.
+            if self._inflight:
                 self._next_heartbeat = 0.0
         elif item in ("notify", "enqueued"):
             if self._trace is not None:
@@ -983,6 +992,7 @@ class Worker(HandlerThreads):
                 on_queues=lambda: self._events.put("notify"),
                 on_cancel=lambda job_id: self._events.put(_Cancelled(job_id)),
                 pairs=pairs,
+                on_listening=lambda: self._events.put(LISTENING),
             )
             self._listener.start()
         if self.conf.wake_hints:

@@ -155,6 +155,7 @@ class Listener:
         on_queues: Callable[[], None] | None = None,
         on_cancel: Callable[[str], None] | None = None,
         pairs: WakePairs | None = None,
+        on_listening: Callable[[], None] | None = None,
     ) -> None:
         self.using = using
         self.listen_using = listen_alias(using)
@@ -162,6 +163,10 @@ class Listener:
         self.on_queues = on_queues or wake
         #: Called with the job id when a running job is cancelled; ignored if None.
         self.on_cancel = on_cancel
+        #: Called each time the LISTEN starts delivering (first connect, reconnect): a
+        #: cancel sent while it was deaf (connecting, probing, down) was missed, so a
+        #: worker with jobs running checks their claims now instead of a heartbeat later.
+        self.on_listening = on_listening
         #: Shared with the worker's hint receiver: a job NOTIFY whose hint came first is dropped.
         self.pairs = pairs
         #: None until probed; False once LISTEN was found not to deliver here.
@@ -203,6 +208,9 @@ class Listener:
             for notify in conn.notifies(timeout=left):
                 if notify.payload == token:
                     return True
+                # Already listening: an enqueue's or a cancel's notification that
+                # arrives before our token is real, and would otherwise be lost.
+                self._dispatch(notify.payload, notify.pid)
         return False
 
     def _run(self) -> None:
@@ -228,6 +236,8 @@ class Listener:
                 # Anything enqueued (or paused) while we were not listening was
                 # missed: look now.
                 self.on_queues()
+                if self.on_listening is not None:
+                    self.on_listening()
                 while not self._closed.is_set():
                     for notify in conn.notifies(timeout=0.5):
                         self._dispatch(notify.payload, notify.pid)

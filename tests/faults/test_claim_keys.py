@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from django.db import transaction
 
 from django_arcature.db import DatabaseNow
 from django_arcature.models import Job
@@ -24,9 +25,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def expire_and_sweep(job_id: uuid.UUID) -> None:
-    """Age the job's lease on the database's clock and sweep it back to pending."""
-    Job.objects.filter(pk=job_id).update(lease_expires_at=DatabaseNow(-60))
-    assert Job.objects.sweep_expired_leases() == 1
+    """Age the job's lease on the database's clock and sweep it back to pending.
+
+    One transaction: the aged row stays locked until the sweep has taken it, so a
+    heartbeat of the running worker cannot renew the lease in between (it waits,
+    then finds its claim gone, as after any real expiry).
+    """
+    with transaction.atomic():
+        Job.objects.filter(pk=job_id).update(lease_expires_at=DatabaseNow(-60))
+        assert Job.objects.sweep_expired_leases() == 1
 
 
 def success(job_id: uuid.UUID, token: uuid.UUID, result: object) -> Completion:

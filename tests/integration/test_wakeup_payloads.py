@@ -16,8 +16,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from django_arcature.models import Job
 from django_arcature.queues.models import QueueState
 from django_arcature.worker import Worker
+from django_arcature.worker.loop import LISTENING
 from django_arcature.worker.wakeup import CHANNEL, Listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,3 +117,66 @@ def test_a_worker_woken_by_an_enqueue_claims_without_reading_the_flags() -> None
         assert not any(QueueState._meta.db_table in sql for sql in queries)
     finally:
         worker._shutdown_threads()
+
+
+def test_a_listen_that_starts_delivering_makes_a_worker_with_running_jobs_heartbeat_now() -> None:
+    """A cancel sent before the LISTEN delivered (the worker's start, a reconnect) went
+    unheard; the listener's word that it now listens brings the heartbeat forward, so
+    the cancel is seen at once instead of a third of a lease later."""
+    worker = Worker(install_signal_handlers=False, duties=False, listen=False)
+    worker._next_heartbeat = float("inf")
+    worker._take(LISTENING)
+    assert worker._next_heartbeat == float("inf"), "nothing runs: nothing to check"
+    job = Job.objects.enqueue("tests.noop")
+    assert worker._maybe_claim() == 1
+    assert job.pk in {key[0] for key in worker._inflight}
+    worker._next_heartbeat = float("inf")
+    worker._take(LISTENING)
+    assert worker._next_heartbeat == 0.0
+
+
+@pytest.mark.only_on("postgresql", reason="LISTEN/NOTIFY exist there only")
+@pytest.mark.pgbouncer(False, reason="the notifications travel on a direct connection")
+def test_the_listener_says_when_it_listens_after_its_probe() -> None:
+    """``on_listening`` comes once the LISTEN delivers: a cancel sent right after it is
+    heard (before it, the probe may have swallowed it, which the heartbeat covers)."""
+    listening = threading.Event()
+    cancelled: list[str] = []
+    heard = threading.Event()
+
+    def on_cancel(job_id: str) -> None:
+        cancelled.append(job_id)
+        heard.set()
+
+    listener = Listener("default", lambda: None, on_cancel=on_cancel, on_listening=listening.set)
+    listener.start()
+    try:
+        assert listening.wait(10), "the listener never said it listens"
+        assert listener.listening
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, "cancel:some-job"])
+        assert heard.wait(5)
+        assert cancelled == ["some-job"]
+    finally:
+        listener.close()
+
+
+@pytest.mark.only_on("postgresql", reason="LISTEN/NOTIFY exist there only")
+@pytest.mark.pgbouncer(False, reason="the notifications travel on a direct connection")
+def test_the_probe_hands_over_a_cancel_that_arrives_before_its_token() -> None:
+    """The probe reads the channel until its own token comes back; a real notification
+    read on the way (here a cancel sent after LISTEN, before the probe's NOTIFY) used
+    to be dropped, and the cancelled job ran on until its next heartbeat."""
+    cancelled: list[str] = []
+    woken: list[str] = []
+    listener = Listener("default", lambda: woken.append("job"), on_cancel=cancelled.append)
+    conn = listener._connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, "cancel:early-job"])
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, "enqueued"])
+        assert listener._probe(conn), "the probe's own token did not come back"
+    finally:
+        conn.close()
+    assert cancelled == ["early-job"]
+    assert woken == ["job"]

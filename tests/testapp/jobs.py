@@ -48,6 +48,18 @@ def sleep(seconds: float) -> str:
     return "slept"
 
 
+@job(name="tests.wait_for_file")
+def wait_for_file(path: str, seconds: float) -> str:
+    """Runs until ``path`` exists (at most ``seconds``): a job whose end the test decides,
+    so a loaded machine cannot let it finish before the test has looked."""
+    deadline = _time.monotonic() + seconds
+    while not _os.path.exists(path):
+        if _time.monotonic() > deadline:
+            return "gave up"
+        _time.sleep(0.05)
+    return "released"
+
+
 @job(name="tests.wait_for_cancel")
 def wait_for_cancel(seconds: float) -> str:
     """Waits up to ``seconds``, returning early once the worker says the claim is gone."""
