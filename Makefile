@@ -117,7 +117,7 @@ bench-peers: venv databases
 
 # The long profile of the schedule test: a real one-minute schedule for 3.5 minutes
 # across four worker processes (one killed and replaced), on each database; CI runs a
-# per-second schedule for 30 s instead (tests/concurrency/test_ops_processes.py).
+# per-second schedule for 16 s instead (tests/concurrency/test_ops_processes.py).
 soak: soak-schedules
 soak-schedules: venv databases
 	$(PY) -m pip install -q mysqlclient

@@ -180,6 +180,10 @@ def test_bounded_counts_past_the_limit_use_the_estimate_or_count_exactly() -> No
 
 
 @pytest.mark.heavy
+@pytest.mark.only_on(
+    "postgresql",
+    reason="worker processes sharing one metrics port: the database only feeds them jobs",
+)
 def test_several_workers_on_one_host_share_one_port_in_multiprocess_mode(
     start_worker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

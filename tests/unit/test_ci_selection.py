@@ -19,11 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def collect(database: str, *paths: str) -> subprocess.CompletedProcess[str]:
+def collect(
+    database: str, *paths: str, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         **{k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CI"}},
         "ARCATURE_TEST_DB": database,
         "ARCATURE_DB_NAME": "arcature_collect_only",
+        **(env_extra or {}),
     }
     return subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
@@ -66,3 +69,32 @@ def test_the_no_database_suites_are_not_collected_on_the_servers_and_it_says_so(
         assert collected(done.stdout) == [], done.stdout
         assert f"not collected on {vendor}:" in done.stdout, done.stdout
         assert "uses no database (tests/unit, tests/architecture)" in done.stdout
+
+
+def test_every_heavy_elsewhere_key_still_names_a_test() -> None:
+    """A renamed file or test would silently fall out of the table: it must fail here."""
+    from tests.conftest import HEAVY_ELSEWHERE
+
+    for key in HEAVY_ELSEWHERE:
+        module, _, function = key.partition("::")
+        source = ROOT / "tests" / module
+        assert source.is_file(), key
+        if function:
+            assert f"def {function}(" in source.read_text(), key
+
+
+def test_heavy_elsewhere_is_collected_in_the_newest_environment_only() -> None:
+    """The older environments (``ARCATURE_HEAVY_SUITES=0``) leave out the modules and the
+    single tests HEAVY_ELSEWHERE names, and say so; the newest one collects them."""
+    paths = ("tests/integration/test_admin_workflows.py",)
+    racing = "test_batch_cancel_racing_member_completions_counts_each_member_once"
+    newest = collect("postgres", *paths, env_extra={"ARCATURE_HEAVY_SUITES": "1"})
+    older = collect("postgres", *paths, env_extra={"ARCATURE_HEAVY_SUITES": "0"})
+    for done in (newest, older):
+        assert done.returncode == 0, done.stdout + done.stderr
+    newest_names, older_names = collected(newest.stdout), collected(older.stdout)
+    assert any(racing in name for name in newest_names), newest.stdout
+    assert not any(racing in name for name in older_names), older.stdout
+    # The rest of the file is still collected there.
+    assert any("test_admin_workflows.py::" in name for name in older_names), older.stdout
+    assert "marked heavy: they run in the newest environment" in older.stdout
