@@ -23,11 +23,17 @@ waits for this one, then sees its edge. SQLite runs one writer at a time. The
 release itself is a compare-and-set on ``status = 'waiting'``, so a dependent moves
 once however many siblings look at it.
 
-**Fan-out without the probe.** An edge that is the only one into its dependent
-(``WorkflowEdge.sole``, fixed when the workflow is built) is marked by exactly one
-completion, which holds that edge row's lock to its commit: no sibling exists to
-wait for, so the dependent is locked (in id order) and released in one statement,
-without reading its edges back. That is every dependent of a wide fan-out's root.
+**Fan-out without the probe, and without writing the edge.** An edge that is the
+only one into its dependent (``WorkflowEdge.sole``, fixed when the workflow is
+built) is decided by exactly one completion, that of its upstream (fenced: a job
+finishes once per life). No sibling exists to wait for, so the dependent is locked
+(in id order) and released in one statement, a compare-and-set on ``waiting``,
+without reading its edges back. When it is met the edge is not even written: the
+dependent's own row going ``waiting`` → ``pending`` in that transaction says it,
+and ``edge_states`` derives it for readers from the upstream's status (a requeue
+of that upstream writes it first, ``resume``). That is every dependent of a wide
+fan-out's root: 10,000 edge rows it no longer rewrites, each a new version in every
+index of the edge table.
 """
 
 from __future__ import annotations
@@ -217,11 +223,11 @@ def _cascade(
         if not workflow_of:
             break
         workflows.update(workflow_of)
-        # A dependent whose only edge this transaction just marked met is ready: no
-        # other transaction can mark that edge (its row stays locked by this one), so
-        # there is nothing to probe. Released by a compare-and-set on ``waiting``
-        # (an operator may have cancelled it), in id order. This is the wide
-        # fan-out's case: its root releases 10,000 dependents here.
+        # A dependent whose only edge this transaction just found met is ready: only
+        # its upstream's completion, this one, decides that edge, so there is nothing
+        # to probe. Released by a compare-and-set on ``waiting`` (an operator may have
+        # cancelled it), in id order. This is the wide fan-out's case: its root
+        # releases 10,000 dependents here.
         if sole_met:
             ready_alone = _release_sole(using, model, sole_met)
             released.extend(ready_alone)
@@ -349,57 +355,70 @@ def _mark_edges(
     """Mark the open edges leaving ``ups`` met or unmet: their dependent → workflow,
     and the dependents whose only edge (``sole``) is one of those now met.
 
-    Met where the dependent's ``when`` accepts ``outcome``. Where the database has
-    ``UPDATE … RETURNING`` this is one statement; on MariaDB the marked edges are
-    read back by a second (``state <> 'open'``: an edge this transaction marked).
-    ``before`` (PostgreSQL with client-side binding only) are statements without
-    results sent ahead of it in the same query, then emptied.
+    Met where the dependent's ``when`` accepts ``outcome``. A sole edge that is met
+    is *not written*: its dependent's own row going ``waiting`` → ``pending`` in
+    this transaction says it (``edge_states`` derives it for readers), and writing
+    it was half the server's work of a wide fan-out's root (10,000 edge rows, each
+    a new version in every index of the table). Those edges are read instead. The
+    others are marked by one ``UPDATE``, with ``RETURNING`` where the database has
+    it; on MariaDB one ``SELECT`` after it reads back both kinds. ``before``
+    (PostgreSQL with client-side binding only) are statements without results sent
+    ahead of them in the same query, then emptied.
     """
     m = _models()
     connection = connections[using]
     qn = connection.ops.quote_name
-    edge = qn(m.WorkflowEdge._meta.db_table)
+    edge = _by_key(connection, qn(m.WorkflowEdge._meta.db_table), "arcature_edge_once")
     where, params = _id_list(connection, qn("upstream_id"), ups)
     met_by = MET_BY[outcome]
+    accepts = f"{qn('when')} IN ({', '.join(['%s'] * len(met_by))})"
+    sole_met_here = f"{qn('sole')} AND {accepts}"
     sql = (
-        f"UPDATE {_by_key(connection, edge, 'arcature_edge_once')} "
-        f"SET {qn('state')} = CASE WHEN {qn('when')} IN "
-        f"({', '.join(['%s'] * len(met_by))}) THEN %s ELSE %s END "
-        f"WHERE {where} AND {qn('state')} = %s"
+        f"UPDATE {edge} SET {qn('state')} = CASE WHEN {accepts} THEN %s ELSE %s END "
+        f"WHERE {where} AND {qn('state')} = %s AND NOT ({sole_met_here})"
     )
-    args = [*met_by, m.EdgeState.MET, m.EdgeState.UNMET, *params, m.EdgeState.OPEN]
+    args = [*met_by, m.EdgeState.MET, m.EdgeState.UNMET, *params, m.EdgeState.OPEN, *met_by]
     columns = f"{qn('downstream_id')}, {qn('workflow_id')}, {qn('sole')}, {qn('state')}"
+    sole_sql = (
+        f"SELECT {columns} FROM {edge} WHERE {where} AND {qn('state')} = %s AND {sole_met_here}"
+    )
+    sole_args = [*params, m.EdgeState.OPEN, *met_by]
     with connection.cursor() as cursor:
-        if before:
-            assert _one_round_trip(connection)
+        if _one_round_trip(connection):
+            sent = before or []
             cursor.execute(
-                "; ".join([*(text for text, _ in before), sql + f" RETURNING {columns}"]),
-                [*(value for _, values in before for value in values), *args],
+                "; ".join([*(text for text, _ in sent), sql + f" RETURNING {columns}", sole_sql]),
+                [*(value for _, values in sent for value in values), *args, *sole_args],
             )
-            for _ in before:
+            for _ in sent:
                 cursor.nextset()
-            before.clear()
+            sent.clear()
             rows = cursor.fetchall()
+            cursor.nextset()
+            rows += cursor.fetchall()
         elif _updates_returning(connection):
+            assert not before
             cursor.execute(sql + f" RETURNING {columns}", args)
             rows = cursor.fetchall()
+            cursor.execute(sole_sql, sole_args)
+            rows += cursor.fetchall()
         else:
+            # MariaDB: every edge left open now is a sole edge met (the UPDATE
+            # marked all the others); ``state <> 'open'``: one this transaction marked.
             cursor.execute(sql, args)
-            if not cursor.rowcount:
-                return {}, []
             cursor.execute(
-                f"SELECT {columns} FROM {_by_key(connection, edge, 'arcature_edge_once')} "
-                f"WHERE {where} AND {qn('state')} <> %s",
-                [*params, m.EdgeState.OPEN],
+                f"SELECT {columns} FROM {edge} "
+                f"WHERE {where} AND ({qn('state')} <> %s OR ({sole_met_here}))",
+                [*params, m.EdgeState.OPEN, *met_by],
             )
             rows = cursor.fetchall()
     workflow_of: dict[uuid.UUID, uuid.UUID] = {}
     sole_met: list[uuid.UUID] = []
-    met = m.EdgeState.MET
+    unmet = m.EdgeState.UNMET
     for down, workflow, sole, state in rows:
         down_id = as_uuid(down)
         workflow_of[down_id] = as_uuid(workflow)
-        if sole and state == met:
+        if sole and state != unmet:
             sole_met.append(down_id)
     return workflow_of, sole_met
 
@@ -435,7 +454,7 @@ def _lock_waiting_sql(
 def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uuid.UUID]:
     """Release those of ``ids`` still ``waiting``, locked in id order first: the ids released.
 
-    For dependents whose only edge this transaction marked met (``_cascade``). The
+    For dependents whose only edge this transaction found met (``_cascade``). The
     lock (``SELECT … ORDER BY id FOR UPDATE``, which rechecks ``waiting`` on a row
     another transaction changed meanwhile) keeps the id order every locker of job
     rows uses; the ``UPDATE`` is a compare-and-set on ``waiting`` by the same id
@@ -1044,10 +1063,51 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
         .filter(status__in=(JobStatus.WAITING, JobStatus.CANCELLED))
         .values("id")
     )
+    # A sole edge met was left unwritten (``_mark_edges``): its upstream's status said
+    # it, and that upstream is about to run again. Written now, as it used to be at
+    # the completion, so its next completion leaves it (state ``met``) and a reader
+    # does not take it for open. Only a released dependent's: the others reopen.
+    edges.filter(upstream_id__in=list(back), sole=True, state=m.EdgeState.OPEN).exclude(
+        downstream_id__in=unreleased
+    ).update(state=m.EdgeState.MET)
     edges.filter(upstream_id__in=list(back), downstream_id__in=unreleased).update(
         state=m.EdgeState.OPEN
     )
     return sorted(back - {job_id})
+
+
+def edge_states(
+    using: str, model: type[Job], workflow_id: uuid.UUID | None = None
+) -> dict[int, str]:
+    """Each edge's state (edge id → ``open``, ``met`` or ``unmet``), of one workflow or all.
+
+    What is stored, except for the sole edges a completion met without writing them
+    (``_mark_edges``): stored ``open``, they are met when their upstream's status is
+    an outcome their ``when`` accepts. For readers (the tests, an operator's
+    console): the release path never needs it.
+    """
+    m = _models()
+    edges = m.WorkflowEdge.objects.using(using)
+    if workflow_id is not None:
+        edges = edges.filter(workflow_id=workflow_id)
+    rows = list(edges.values_list("id", "upstream_id", "when", "state", "sole"))
+    open_state = m.EdgeState.OPEN
+    asked = sorted({up for _, up, _, state, sole in rows if sole and state == open_state})
+    outcomes: dict[uuid.UUID, str] = {}
+    for start in range(0, len(asked), 500):  # SQLite's limit on parameters
+        for job_id, status in (
+            model.objects.using(using)
+            .filter(id__in=asked[start : start + 500])
+            .values_list("id", "status")
+        ):
+            outcome = OUTCOME_OF_STATUS.get(JobStatus(status))
+            if outcome is not None:
+                outcomes[job_id] = outcome
+    found: dict[int, str] = {}
+    for edge_id, up, when, state, sole in rows:
+        met = sole and state == open_state and when in MET_BY.get(outcomes.get(up, ""), ())
+        found[edge_id] = m.EdgeState.MET if met else state
+    return found
 
 
 def _dependency_order(

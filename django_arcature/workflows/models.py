@@ -217,12 +217,14 @@ class WorkflowEdge(models.Model):
     downstream_id = models.UUIDField()
     #: The dependent's ``when``, copied so an upstream's completion decides its edges alone.
     when = models.CharField(max_length=16, choices=When.choices, default=When.SUCCEEDED)
+    #: As written; a ``sole`` edge met by its upstream's outcome stays ``open`` here
+    #: (``dependencies.edge_states`` reads the state of every edge).
     state = models.CharField(max_length=8, choices=EdgeState.choices, default=EdgeState.OPEN)
     #: Whether this is the only edge into its dependent, as built (edges are never added
-    #: to an enqueued workflow). The completion that marks a sole edge met may release
-    #: the dependent without locking it first and probing its other edges: it has none,
-    #: and the edge row this completion just updated stays locked by it to the commit.
-    #: False (the safe default, the general path) for edges written before 0017.
+    #: to an enqueued workflow). The completion that finds a sole edge met releases the
+    #: dependent without probing its other edges (it has none), and leaves the edge's
+    #: ``state`` as it was: the dependent's release says it (``dependencies.edge_states``
+    #: derives it). False (the safe default, the general path) for edges written before 0017.
     sole = models.BooleanField(default=False, db_default=False)
 
     class Meta:

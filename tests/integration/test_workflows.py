@@ -13,6 +13,7 @@ import pytest
 from django.db import transaction
 
 from django_arcature import Workflow, WorkflowError
+from django_arcature.manager import dependencies
 from django_arcature.models import Job, JobStatus
 from django_arcature.testing import drain
 from django_arcature.transitions import ClaimTransition, Completion
@@ -201,6 +202,40 @@ def test_requeue_of_a_dead_node_resumes_its_workflow() -> None:
     succeed(b.job_id)
     assert status(c) == "pending"
     assert status(on_fail) == "pending"  # released by the first death; it stays released
+
+
+def edge_state(up: Node, down: Node) -> tuple[str, str]:
+    """The edge's state as stored, and as ``edge_states`` reads it."""
+    edge = WorkflowEdge.objects.get(upstream_id=up.job_id, downstream_id=down.job_id)
+    return edge.state, dependencies.edge_states("default", Job, edge.workflow_id)[edge.id]
+
+
+def test_a_sole_edge_met_is_not_written_and_a_requeue_of_its_upstream_writes_it() -> None:
+    """The completion that meets a sole edge leaves it unwritten (its dependent's
+    release says it); readers get ``met`` from ``edge_states``. A requeue of the
+    upstream writes it, so the upstream's next outcome (one the dependent's ``when``
+    does not accept) neither rewrites it unmet nor touches the released dependent."""
+    flow = Workflow("sole edges")
+    a = flow.add(wf.step, "a")
+    ship = flow.add(wf.step, "ship", after=[a])
+    refund = flow.add(wf.step, "refund", after=[a], when="failed")
+    flow.enqueue()
+    die(a.job_id)
+    assert (status(ship), status(refund)) == ("cancelled", "pending")
+    assert edge_state(a, refund) == (EdgeState.OPEN, EdgeState.MET)
+    assert edge_state(a, ship) == (EdgeState.UNMET, EdgeState.UNMET)  # unmet is written
+    assert Job.objects.requeue_dead(a.job_id) == 1
+    assert (status(ship), status(refund)) == ("waiting", "pending")
+    assert edge_state(a, refund) == (EdgeState.MET, EdgeState.MET)
+    assert edge_state(a, ship) == (EdgeState.OPEN, EdgeState.OPEN)
+    succeed(a.job_id)
+    assert (status(ship), status(refund)) == ("pending", "pending")
+    assert edge_state(a, refund) == (EdgeState.MET, EdgeState.MET)
+    assert edge_state(a, ship) == (EdgeState.OPEN, EdgeState.MET)
+    succeed(refund.job_id)
+    succeed(ship.job_id)
+    assert flow.run is not None
+    assert WorkflowRun.objects.get(pk=flow.run.pk).outcome == "succeeded"
 
 
 def test_requeue_keeps_cancelled_a_node_another_failure_rules_out() -> None:
