@@ -231,7 +231,7 @@ def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> 
     prepared = prepare_insert(row, using, statements)
     if prepared is None:
         return False  # an expression the ORM compiles, or listeners (nothing sent yet)
-    connection = connections[using]
+    connection = prepared.connection
     # What transaction.mark_for_rollback_on_error() does, without a generator per call.
     try:
         cursor_class = preparing_cursor_class(connection)
@@ -292,20 +292,15 @@ def _kept_cursor(connection: BaseDatabaseWrapper, cursor_class: type[Any] | None
     raw = connection.connection
     timezone = connection.timezone
     kept = connection.__dict__.get(_KEPT_CURSOR)
-    with connection.wrap_database_errors:
-        if (
-            kept is None
-            or kept[0] is not raw
-            or kept[1] is not cursor_class
-            or kept[2] is not timezone
-        ):
+    if kept is None or kept[0] is not raw or kept[1] is not cursor_class or kept[2] is not timezone:
+        with connection.wrap_database_errors:
             made = (
                 connection.create_cursor()  # type: ignore[attr-defined]
                 if cursor_class is None
                 else cursor_class(raw)
             )
-            kept = connection.__dict__[_KEPT_CURSOR] = (raw, cursor_class, timezone, made)
-        return connection._prepare_cursor(kept[3])  # type: ignore[attr-defined]
+        kept = connection.__dict__[_KEPT_CURSOR] = (raw, cursor_class, timezone, made)
+    return connection._prepare_cursor(kept[3])  # type: ignore[attr-defined]
 
 
 class PreparedInsert:
