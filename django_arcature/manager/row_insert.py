@@ -294,11 +294,7 @@ def _kept_cursor(connection: BaseDatabaseWrapper, cursor_class: type[Any] | None
     kept = connection.__dict__.get(_KEPT_CURSOR)
     if kept is None or kept[0] is not raw or kept[1] is not cursor_class or kept[2] is not timezone:
         with connection.wrap_database_errors:
-            made = (
-                connection.create_cursor()  # type: ignore[attr-defined]
-                if cursor_class is None
-                else cursor_class(raw)
-            )
+            made = connection.create_cursor() if cursor_class is None else cursor_class(raw)
         kept = connection.__dict__[_KEPT_CURSOR] = (raw, cursor_class, timezone, made)
     return connection._prepare_cursor(kept[3])  # type: ignore[attr-defined]
 
