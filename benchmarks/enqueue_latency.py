@@ -17,7 +17,8 @@ Per round, alternating the order (ABBA), each contender's table emptied first:
   meets on this machine.
 
 Then, once per round: the time one ``enqueue()`` adds inside a request's own
-transaction (``bench.measure.Bench.enqueue_in_transaction``: p50 and p99), on
+transaction (``bench.measure.Bench.enqueue_in_transaction``: p50 and p99 of the call,
+and the p50 with its commit, against the same transaction without it), on
 PostgreSQL its breakdown (``ladder:`` figures, ``--ladder`` samples per rung: a bare
 round trip, our INSERT alone, through Django's cursor, the enqueue first and second
 in its transaction, its Python alone; see ``Contenders.ladder``), the server's part

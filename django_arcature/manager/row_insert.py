@@ -231,12 +231,18 @@ def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> 
     prepared = prepare_insert(row, using, statements)
     if prepared is None:
         return False  # an expression the ORM compiles, or listeners (nothing sent yet)
-    connection = connections[using]
+    connection = prepared.connection
     # What transaction.mark_for_rollback_on_error() does, without a generator per call.
     try:
-        with _cursor(connection, preparing_cursor_class(connection)) as cursor:
-            cursor.execute(prepared.sql, prepared.params)
-            returned = cursor.fetchone() if prepared.returns else None
+        cursor_class = preparing_cursor_class(connection)
+        kept = _kept_cursor(connection, cursor_class)
+        if kept is not None:
+            kept.execute(prepared.sql, prepared.params)
+            returned = kept.fetchone() if prepared.returns else None
+        else:
+            with _cursor(connection, cursor_class) as cursor:
+                cursor.execute(prepared.sql, prepared.params)
+                returned = cursor.fetchone() if prepared.returns else None
     except Exception:
         if connection.in_atomic_block:
             connection.needs_rollback = True
@@ -254,6 +260,43 @@ def _cursor(connection: BaseDatabaseWrapper, cursor_class: type[Any] | None) -> 
     connection.ensure_connection()
     with connection.wrap_database_errors:
         return connection._prepare_cursor(cursor_class(connection.connection))  # type: ignore[attr-defined]
+
+
+#: Where a PostgreSQL connection wrapper keeps its single-row INSERT's psycopg cursor.
+_KEPT_CURSOR = "_arcature_insert_cursor"
+
+
+def _kept_cursor(connection: BaseDatabaseWrapper, cursor_class: type[Any] | None) -> Any:
+    """On PostgreSQL, Django's wrapper around a psycopg cursor kept on ``connection``
+    for its single-row INSERTs; elsewhere None (a fresh ``connection.cursor()``).
+
+    A one-by-one enqueue opened and closed a cursor per call: a psycopg cursor with
+    its own adapter map (whose dumpers it then looked up again) and Django's time
+    zone check on it. Only the psycopg cursor is kept; every call still does what
+    ``connection.cursor()`` does around it: the health check, ``ensure_connection``
+    (which also refuses a call from async code), and ``_prepare_cursor``, which
+    checks the thread and wraps the cursor in Django's (debug) wrapper, so execute
+    wrappers, query logging, error wrapping and the broken-transaction check see
+    every INSERT as before. The cursor is made again when anything it was made from
+    changed: the psycopg connection (reconnected), the cursor class (``OPTIONS``), or
+    the time zone its timestamps are read in. Keeping the bare cursor, not Django's
+    wrapper (which holds the connection wrapper), adds no reference cycle. Only on
+    PostgreSQL, where psycopg has read the whole result when ``execute`` returns:
+    elsewhere an unclosed cursor may keep its statement open (SQLite) or its result
+    unread (MySQL).
+    """
+    if connection.vendor != "postgresql":
+        return None
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    timezone = connection.timezone
+    kept = connection.__dict__.get(_KEPT_CURSOR)
+    if kept is None or kept[0] is not raw or kept[1] is not cursor_class or kept[2] is not timezone:
+        with connection.wrap_database_errors:
+            made = connection.create_cursor() if cursor_class is None else cursor_class(raw)
+        kept = connection.__dict__[_KEPT_CURSOR] = (raw, cursor_class, timezone, made)
+    return connection._prepare_cursor(kept[3])  # type: ignore[attr-defined]
 
 
 class PreparedInsert:

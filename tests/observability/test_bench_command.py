@@ -69,6 +69,9 @@ def test_json_results_and_only_its_own_rows_are_touched() -> None:
         assert results[key] > 0, key
     assert results["pickup_p95_ms"] >= results["pickup_p50_ms"]
     assert results["enqueue_in_transaction_p99_us"] >= results["enqueue_in_transaction_p50_us"]
+    # With its commit: the difference against the same transaction without the enqueue.
+    assert isinstance(results["enqueue_in_transaction_with_commit_p50_us"], float)
+    assert results["transaction_alone_p50_us"] > 0
     assert set(results["drain_per_s"]) == {"1", "2"}
     assert all(rate > 0 for rate in results["drain_per_s"].values())
     # CPU per job, the workers' (Linux) and PostgreSQL's backends' (server on this host).
