@@ -39,6 +39,9 @@ chunk checked, rendered and sent; the instances made; the COPY ended, i.e. the w
 for the server's backlog), with this process's CPU and the backend's CPU at each
 point, and alternates calls (ABBA) with the COPY alone in autocommit (as shipped)
 and inside ``atomic()`` (a ``BEGIN`` and a ``COMMIT`` round trip more, as before).
+``--one postgres --bare --calls N`` makes only N calls after the warm-up, for an
+instruction count of the process under ``valgrind --tool=callgrind`` (N calls minus
+none: the calls' own instructions, which the machine's load does not change).
 """
 
 from __future__ import annotations
@@ -561,6 +564,16 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
         result["ablation"] = ablation(ours, options.jobs, options.rounds)
         result["load_after"] = load_average()
         return result
+    if options.bare:
+        # Nothing but the calls, for an instruction count of the whole process
+        # (``valgrind --tool=callgrind``): its count with --calls N minus with --calls 0.
+        ours.clear()
+        for index in range(options.calls):
+            if index and index % max(1, 20_000 // BATCH) == 0:
+                ours.clear()
+            ours.noop.enqueue_many([[]] * BATCH)
+        ours.clear()
+        return result
     if options.overlap:
         result["overlap"] = overlap(ours, BATCH, options.calls)
         result["load_after"] = load_average()
@@ -674,7 +687,8 @@ def main() -> None:
     parser.add_argument("--ablate", action="store_true", help="per-index/trigger cost (psql)")
     parser.add_argument("--profile", action="store_true", help="cProfile one round of ours")
     parser.add_argument("--overlap", action="store_true", help="one call's phases (PostgreSQL)")
-    parser.add_argument("--calls", type=int, default=40, help="calls per --overlap figure")
+    parser.add_argument("--calls", type=int, default=40, help="calls per --overlap/--bare figure")
+    parser.add_argument("--bare", action="store_true", help="only --calls calls (callgrind)")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-pgqueuer", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)
