@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/enqueue_bulk.py --db postgres --jobs 20000 --rounds 5
     .venv/bin/python benchmarks/enqueue_bulk.py --db postgres --ablate      # per index/trigger
     .venv/bin/python benchmarks/enqueue_bulk.py --db mysql,sqlite           # ours only
+    .venv/bin/python benchmarks/enqueue_bulk.py --db postgres --overlap     # one call, by phase
 
 Contenders, alternating in each round (ABBA), on one database each time emptied
 before a timed stretch:
@@ -33,7 +34,14 @@ same rows with ``psql`` into copies of our table that each lack one index, the
 CHECK constraints or the NOTIFY trigger (or has ``arcature_finished_idx`` full, as
 before migration 0018, or the unique key as a partial unique index), and reports
 what each costs per 1,000 rows: as ``psql``'s wall time and as the server backend's
-CPU for the same COPY.
+CPU for the same COPY. ``--overlap`` instead times one call's three phases (every
+chunk checked, rendered and sent; the instances made; the COPY ended, i.e. the wait
+for the server's backlog), with this process's CPU and the backend's CPU at each
+point, and alternates calls (ABBA) with the COPY alone in autocommit (as shipped)
+and inside ``atomic()`` (a ``BEGIN`` and a ``COMMIT`` round trip more, as before).
+``--one postgres --bare --calls N`` makes only N calls after the warm-up, for an
+instruction count of the process under ``valgrind --tool=callgrind`` (N calls minus
+none: the calls' own instructions, which the machine's load does not change).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import argparse
 import contextlib
 import cProfile
 import io
+import itertools
 import json
 import os
 import pstats
@@ -434,6 +443,103 @@ def trigger_function_sql() -> str:
     return body.replace("{CHANNEL}", "arcature_jobs")
 
 
+# --- overlap: where one call's time goes ---------------------------------------------------
+
+
+def overlap(ours: Ours, batch: int, calls: int) -> dict[str, Any]:
+    """Medians per 1,000 rows over ``calls`` calls: each phase of the streamed COPY (wall,
+    client CPU, the backend's CPU consumed by the end of it), then the COPY alone in
+    autocommit against the same call inside ``atomic()``, alternated ABBA in one process."""
+    from django_arcature.db import postgresql
+    from django_arcature.db.postgresql import PostgreSQLDriver, _chunk_text, _rows_per_write
+
+    pid = ours.backend_pid()
+    assert pid is not None
+    marks: list[dict[str, float]] = []
+    shipped = PostgreSQLDriver.stream_rows
+
+    def timed_stream_rows(self: Any, model: Any, bulk: Any, batch_size: int) -> list[Any]:
+        """:meth:`PostgreSQLDriver.stream_rows` (psycopg 3, plain rows) with a clock at each
+        phase's end; the statements and their order are the shipped ones."""
+        connection = self.connection
+        table = connection.ops.quote_name(model._meta.db_table)
+        with connection.cursor() as cursor:
+            raw = cursor.cursor
+            text = _chunk_text(connection, raw, model, bulk)
+            points = [(time.perf_counter(), time.process_time(), backend_cpu_seconds(pid))]
+            with (
+                connection.wrap_database_errors,
+                raw.copy(f"COPY {table} ({', '.join(text.columns)}) FROM STDIN") as stream,
+            ):
+                sent = []
+                for chunk in bulk.chunks(_rows_per_write(len(bulk)), saved_on=self.using):
+                    stream.write(text.text(chunk))
+                    sent.append(chunk)
+                points.append((time.perf_counter(), time.process_time(), backend_cpu_seconds(pid)))
+                for chunk in sent:
+                    chunk.make()
+                points.append((time.perf_counter(), time.process_time(), backend_cpu_seconds(pid)))
+            points.append((time.perf_counter(), time.process_time(), backend_cpu_seconds(pid)))
+        scale = 1000 * 1000 / len(bulk)  # seconds per call -> ms per 1,000 rows
+        mark: dict[str, float] = {}
+        for name, (start, end) in zip(
+            ("send", "make", "end"), itertools.pairwise(points), strict=True
+        ):
+            mark[f"{name}_wall"] = (end[0] - start[0]) * scale
+            mark[f"{name}_client"] = (end[1] - start[1]) * scale
+            mark[f"{name}_server_by_end"] = (end[2] - points[0][2]) * scale
+        marks.append(mark)
+        rows: list[Any] = bulk.rows
+        return rows
+
+    ours.clear()
+    postgresql.PostgreSQLDriver.stream_rows = timed_stream_rows  # type: ignore[method-assign]
+    try:
+        for index in range(calls):
+            if index and index % max(1, 20_000 // batch) == 0:
+                ours.clear()
+            ours.noop.enqueue_many([[]] * batch)
+    finally:
+        postgresql.PostgreSQLDriver.stream_rows = shipped  # type: ignore[method-assign]
+    result: dict[str, Any] = {
+        key: statistics.median(mark[key] for mark in marks) for key in marks[0]
+    }
+    one_statement = PostgreSQLDriver.streams_in_one_statement
+    modes: dict[str, dict[str, list[float]]] = {
+        mode: {"wall": [], "client": [], "server": []} for mode in ("alone", "atomic")
+    }
+    ours.clear()
+    try:
+        for index in range(2 * calls):
+            if index and index % max(2, 20_000 // batch) == 0:
+                ours.clear()
+            mode = ("alone", "atomic")[(index + index // 2) % 2]  # ABBA
+            PostgreSQLDriver.streams_in_one_statement = (  # type: ignore[method-assign]
+                one_statement if mode == "alone" else (lambda self, bulk: False)
+            )
+            server, cpu, started = (
+                backend_cpu_seconds(pid),
+                time.process_time(),
+                time.perf_counter(),
+            )
+            ours.noop.enqueue_many([[]] * batch)
+            spent = modes[mode]
+            spent["wall"].append((time.perf_counter() - started) / batch * 1e6)
+            spent["client"].append((time.process_time() - cpu) / batch * 1e6)
+            spent["server"].append((backend_cpu_seconds(pid) - server) / batch * 1e6)
+    finally:
+        PostgreSQLDriver.streams_in_one_statement = one_statement  # type: ignore[method-assign]
+    for mode, spent in modes.items():
+        for figure, values in spent.items():
+            result[f"{mode}_{figure}"] = statistics.median(values)
+    result["alone_faster_in_pairs"] = sum(
+        alone < atomic
+        for alone, atomic in zip(modes["alone"]["wall"], modes["atomic"]["wall"], strict=True)
+    ) / len(modes["alone"]["wall"])
+    ours.clear()
+    return result
+
+
 # --- the child: one database ------------------------------------------------------------
 
 
@@ -456,6 +562,20 @@ def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"db": db, "batch": BATCH, "load_before": load_average()}
     if options.ablate:
         result["ablation"] = ablation(ours, options.jobs, options.rounds)
+        result["load_after"] = load_average()
+        return result
+    if options.bare:
+        # Nothing but the calls, for an instruction count of the whole process
+        # (``valgrind --tool=callgrind``): its count with --calls N minus with --calls 0.
+        ours.clear()
+        for index in range(options.calls):
+            if index and index % max(1, 20_000 // BATCH) == 0:
+                ours.clear()
+            ours.noop.enqueue_many([[]] * BATCH)
+        ours.clear()
+        return result
+    if options.overlap:
+        result["overlap"] = overlap(ours, BATCH, options.calls)
         result["load_after"] = load_average()
         return result
     peer = None
@@ -566,6 +686,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=BATCH, help="rows per call (and per COPY)")
     parser.add_argument("--ablate", action="store_true", help="per-index/trigger cost (psql)")
     parser.add_argument("--profile", action="store_true", help="cProfile one round of ours")
+    parser.add_argument("--overlap", action="store_true", help="one call's phases (PostgreSQL)")
+    parser.add_argument("--calls", type=int, default=40, help="calls per --overlap/--bare figure")
+    parser.add_argument("--bare", action="store_true", help="only --calls calls (callgrind)")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-pgqueuer", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)

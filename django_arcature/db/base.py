@@ -168,6 +168,12 @@ class Driver:
         """Insert unsaved rows in as few statements as the database allows (in a transaction)."""
         raise NotImplementedError
 
+    def streams_in_one_statement(self, bulk: BulkRows) -> bool:
+        """Whether :meth:`stream_rows` writes ``bulk``'s rows in a single statement, which
+        is all or nothing by itself: the caller then needs no transaction around it when
+        it has none of its own. False here: :meth:`insert_rows` may take several."""
+        return False
+
     def stream_rows(self, model: Any, bulk: BulkRows, batch_size: int) -> list[Any]:
         """Insert the rows of one bulk enqueue (in a transaction); return their instances.
 

@@ -139,8 +139,12 @@ class ChunkText:
         """
         payloads = self._payloads(chunk.payloads)
         available, created = chunk.available, chunk.created
-        if self.iso_times and _aware(available) and (created is available or _aware(created)):
-            evenly = getattr(chunk, "evenly", False)
+        evenly = getattr(chunk, "evenly", False)
+        if (
+            self.iso_times
+            and _aware(available, evenly)
+            and (created is available or _aware(created, evenly))
+        ):
             available_texts = _iso_texts(available, evenly)
             created_texts = available_texts if created is available else _iso_texts(created, evenly)
         else:
@@ -170,7 +174,8 @@ class ChunkText:
         if texts is None:
             payload_text = self.payload_text
             return [payload_text(payload) for payload in payloads]
-        if any("\\" in text for text in texts):
+        # One search of the joined text (C), not a test per row; a hit is rare.
+        if "\\" in "".join(texts):
             return [escape(text) for text in texts]
         return texts
 
@@ -206,13 +211,23 @@ def _iso_texts(moments: list[datetime], evenly: bool) -> list[str]:
     return [f"{prefix}{micro:06d}{_UTC_SUFFIX}" for micro in range(start, start + count)]
 
 
-def _aware(moments: list[Any]) -> bool:
-    """Every one an aware ``datetime`` (what :class:`_Renderer` writes as ISO text)."""
+def _aware(moments: list[Any], evenly: bool = False) -> bool:
+    """Every one an aware ``datetime`` (what :class:`_Renderer` writes as ISO text).
+
+    ``evenly`` (a chunk's times: one moment, or one moment plus offsets) asks only the
+    first: the others are that moment or sums with it, of its type and zone.
+    """
+    if evenly:
+        moments = moments[:1]
     return all(type(moment) is datetime and moment.tzinfo is not None for moment in moments)
 
 
 def _all_dicts(values: list[Any]) -> bool:
-    return all(type(value) is dict for value in values)
+    """Every one exactly a ``dict``: the types gathered in C, not a test per row."""
+    return {*map(type, values)} <= _DICT_ONLY
+
+
+_DICT_ONLY = frozenset({dict})
 
 
 def copy_text(
@@ -396,7 +411,7 @@ def _one_encoder(instance: json.JSONEncoder, encode: Callable[[Any], str]) -> An
         except Exception:
             state[0] = build()
             return None
-        if any("e+" in text for text in texts):
+        if "e+" in "".join(texts):  # one search (a hit across two texts only costs a look)
             texts = [
                 encode(value) if "e+" in text else text
                 for value, text in zip(values, texts, strict=True)

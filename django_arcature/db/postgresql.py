@@ -147,6 +147,12 @@ class PostgreSQLDriver(Driver):
                     f"INSERT INTO {table} ({columns}) VALUES ({placeholders})", list(prepared)
                 )
 
+    def streams_in_one_statement(self, bulk: BulkRows) -> bool:
+        """The streamed ``COPY`` (psycopg 3, rows no ``post_init`` receiver may change):
+        in autocommit the server runs it as its own transaction and commits it when the
+        COPY ends, so an aborted or refused COPY leaves nothing."""
+        return _has_copy_from_python() and bulk.streamable
+
     def stream_rows(self, model: Any, bulk: BulkRows, batch_size: int) -> list[Any]:
         """One ``COPY``, sent a chunk at a time while the rows are still being made.
 

@@ -15,22 +15,29 @@ what is returned are the same row.
 
 from __future__ import annotations
 
+import os
+import struct
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from django_arcature.enqueueing import RowMaker, uuid7_ints
+from django.db.models.base import ModelState
+
+from django_arcature.enqueueing import RowMaker
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
 
-__all__ = ["BulkRows", "Chunk"]
+__all__ = ["BulkRows", "Chunk", "uuid7_values"]
 
 #: The varying columns a streaming driver renders itself; rows with others go the long way.
 STREAMED = frozenset({"id", "payload", "available_at", "created_at", "unique_key"})
 
 _MICROSECOND = timedelta(microseconds=1)
+UUID = uuid.UUID
 _new_uuid = uuid.UUID.__new__
 _set = object.__setattr__
 _UNKNOWN = uuid.SafeUUID.unknown
@@ -49,6 +56,34 @@ def _steps(count: int) -> list[timedelta]:
     if len(steps) < count:
         steps = _STEPS = [timedelta(microseconds=i) for i in range(count)]
     return steps if len(steps) == count else steps[:count]
+
+
+#: Byte tables for ``bytes.translate``: the version nibble (7) into byte 6 of a UUID,
+#: the RFC 9562 variant bits (0b10) into byte 8, the other bits of each kept as drawn.
+_VERSION_7 = bytes((byte & 0x0F) | 0x70 for byte in range(256))
+_VARIANT = bytes((byte & 0x3F) | 0x80 for byte in range(256))
+_unpack_all = struct.Struct(">QQ").iter_unpack
+
+
+def uuid7_values(count: int) -> list[int]:
+    """The 128-bit values of ``count`` new version-7 UUIDs, as :func:`uuid7_ints` draws
+    them (this millisecond, 74 random bits each), made a whole chunk at a time.
+
+    The random bytes are drawn at once and the fixed bits written into every 16-byte
+    record by slice assignments and ``bytes.translate`` (C loops over the chunk); per
+    row only the two halves are joined. Half the time of :func:`uuid7_ints`' per-row
+    shifts and masks.
+    """
+    if count <= 0:
+        return []
+    millis = time.time_ns() // 1_000_000
+    records = bytearray(os.urandom(16 * count))
+    stamp = (millis & 0xFFFF_FFFF_FFFF).to_bytes(6)
+    for position in range(6):  # unix_ts_ms: the first 48 bits
+        records[position::16] = stamp[position : position + 1] * count
+    records[6::16] = records[6::16].translate(_VERSION_7)
+    records[8::16] = records[8::16].translate(_VARIANT)
+    return [(high << 64) | low for high, low in _unpack_all(records)]
 
 
 class Chunk:
@@ -80,7 +115,56 @@ class Chunk:
         self.evenly = evenly
 
     def make(self) -> None:
-        """This chunk's ``Job`` instances, appended to the call's rows."""
+        """This chunk's ``Job`` instances, appended to the call's rows.
+
+        Without ``pre_init``/``post_init`` receivers (:attr:`BulkRows.plain`) each row is
+        assembled here, as :meth:`RowMaker.make` assembles one (the maker's template
+        copied, the per-row values and fresh defaults set, a ``ModelState``), in one
+        loop without a call per row, and its state is made saved on the database at
+        once: the call per row and the two attribute look-ups after it were a fifth of
+        making an instance. With receivers each row goes through the maker (and so
+        through ``Model.__init__``, which sends the signals).
+        """
+        owner = self.owner
+        if not owner.plain:
+            self._make_each()
+            return
+        using = owner.saved_on
+        maker = owner.maker
+        copy = maker.template.copy
+        fresh = maker.fresh
+        model = maker.model
+        new_row = model.__new__
+        key = owner.unique_key
+        keys = self.keys if self.keys is not None else repeat(key)
+        append = owner.rows.append
+        # Not strict: ``keys`` may be endless (one key for all); the four lists were made
+        # for these rows together, one value per row each.
+        for value, payload, available_at, created_at, row_key in zip(
+            self.ids, self.payloads, self.available, self.created, keys, strict=False
+        ):
+            job_id = _new_uuid(UUID)
+            _set(job_id, "int", value)  # what UUID(int=value) stores, without its checks
+            _set(job_id, "is_safe", _UNKNOWN)
+            values = copy()
+            values["id"] = job_id
+            values["payload"] = payload
+            values["available_at"] = available_at
+            values["created_at"] = created_at
+            values["unique_key"] = row_key
+            for attname, default in fresh:
+                values[attname] = default()
+            state = ModelState()
+            if using is not None:  # as bulk_create leaves them: saved, and on this database
+                state.adding = False
+                state.db = using
+            values["_state"] = state
+            row = new_row(model)
+            row.__dict__ = values
+            append(row)
+
+    def _make_each(self) -> None:
+        """:meth:`make` through the row maker, one call per row (receivers listening)."""
         owner = self.owner
         make = owner.maker.make
         using = owner.saved_on
@@ -91,12 +175,12 @@ class Chunk:
         for index, (value, payload, available_at, created_at) in enumerate(
             zip(self.ids, self.payloads, self.available, self.created, strict=True)
         ):
-            job_id = _new_uuid(uuid.UUID)
-            _set(job_id, "int", value)  # what UUID(int=value) stores, without its checks
+            job_id = _new_uuid(UUID)
+            _set(job_id, "int", value)
             _set(job_id, "is_safe", _UNKNOWN)
             row_key = keys[index] if keys is not None else key
             row = make(job_id, payload, available_at, created_at, row_key, plain)
-            if using is not None:  # as bulk_create leaves them: saved, and on this database
+            if using is not None:
                 row._state.adding = False
                 row._state.db = using
             append(row)
@@ -175,7 +259,7 @@ class BulkRows:
             if check is not None:
                 check(start, start + size)
             part = items[start : start + size]
-            ids = uuid7_ints(len(part))
+            ids = uuid7_values(len(part))
             payloads = [{"args": args, "kwargs": kwargs} for args, kwargs in part]
             # One reading of the clock per chunk, its rows a microsecond apart. Read per
             # row, the clock had mostly not moved on by a microsecond between two rows

@@ -11,6 +11,7 @@ import time
 import uuid
 
 from django_arcature.enqueueing import new_ids
+from django_arcature.manager.bulk_rows import uuid7_values
 
 
 def _millis(job_id: uuid.UUID) -> int:
@@ -45,3 +46,42 @@ def test_the_random_part_differs_between_ids_of_one_millisecond() -> None:
 
     assert len(set(ids)) == 10_000
     assert len({job_id.int & ((1 << 62) - 1) for job_id in ids}) == 10_000
+
+
+# --- a bulk enqueue's ids, drawn a chunk at a time (manager.bulk_rows.uuid7_values) -----
+
+#: The 74 bits of a version-7 id that are random: rand_a (bits 64-75) and rand_b (0-61).
+_RANDOM_BITS = [*range(62), *range(64, 76)]
+
+
+def test_chunk_ids_are_version_7_with_the_rfc_variant_and_this_millisecond() -> None:
+    before = time.time_ns() // 1_000_000
+    values = uuid7_values(1) + uuid7_values(3000)
+    after = time.time_ns() // 1_000_000
+
+    assert len(values) == 3001
+    for value in values:
+        job_id = uuid.UUID(int=value)
+        assert job_id.version == 7
+        assert job_id.variant == uuid.RFC_4122
+        assert before <= _millis(job_id) <= after
+
+
+def test_every_random_bit_of_chunk_ids_varies_and_no_fixed_bit_does() -> None:
+    """The fixed bits (time, version, variant) are written into each id, the other 74
+    are drawn: across 3,000 ids each random bit is seen both set and clear, and no
+    two ids are the same (a bit left fixed, or one record's bytes written into
+    another's, would show here)."""
+    values = uuid7_values(3000)
+
+    assert len(set(values)) == 3000
+    assert len({value & ((1 << 62) - 1) for value in values}) == 3000
+    for bit in _RANDOM_BITS:
+        seen = {(value >> bit) & 1 for value in values}
+        assert seen == {0, 1}, bit
+    assert {(value >> 76) & 0xF for value in values} == {7}
+    assert {(value >> 62) & 0b11 for value in values} == {0b10}
+
+
+def test_no_chunk_ids_for_no_rows() -> None:
+    assert uuid7_values(0) == []
