@@ -961,14 +961,38 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
         handles = [name for _, name in due]
         # Each callback's job id is stored with fired_at (the admin links them).
         callback_jobs = {
-            column: model.objects.db_manager(using).enqueue(name, args=[str(batch.id)]).pk
-            for column, name in due
+            column: _enqueue_callback(using, model, batch.id, name) for column, name in due
         }
         outcome = m.Outcome.SUCCEEDED if clean else m.Outcome.FAILED
         m.BatchRun.objects.using(using).filter(id=batch.id).update(
             fired_at=DatabaseNow(), outcome=outcome, **callback_jobs
         )
         logger.info("batch %s finished (%s); enqueued %s", batch.id, counts, handles or "nothing")
+
+
+def _enqueue_callback(using: str, model: type[Job], batch_id: uuid.UUID, name: str) -> uuid.UUID:
+    """The callback's job, also when its handler refuses it now.
+
+    The name was checked when the batch was built; a deploy since may have renamed
+    the handler or changed what it takes. Raising here would abort the last
+    member's completion, and every worker claiming that member again would stop the
+    same way: the callback is stored regardless, and dead-lettered by the worker
+    with the refusal as its reason.
+    """
+    from django_arcature.exceptions import MalformedPayload, UnknownTask
+
+    manager = model.objects.db_manager(using)
+    try:
+        return manager.enqueue(name, args=[str(batch_id)]).pk
+    except (UnknownTask, MalformedPayload) as exc:
+        logger.warning(
+            "batch %s: its callback %r is refused by this deploy (%s); it is stored "
+            "and will be dead-lettered with that reason",
+            batch_id,
+            name,
+            exc,
+        )
+        return manager.enqueue_stored_name(name, args=[str(batch_id)]).pk
 
 
 # --- operators -------------------------------------------------------------------
