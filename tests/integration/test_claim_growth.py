@@ -10,9 +10,12 @@ the jobs, so what each claim asked for and what it held is a fact, not a timing.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.test import override_settings
 
 from django_arcature.models import Job, JobStatus
@@ -116,6 +119,19 @@ def test_a_batch_set_to_the_default_value_is_a_ceiling_too() -> None:
         assert Worker(duties=False).batch_max == 50 * CLAIM_GROWTH
     with override_settings(ARCATURE={}):
         assert Worker(duties=False).batch_max == 50 * CLAIM_GROWTH
+
+
+@pytest.mark.parametrize(
+    ("args", "said"), [((), "batch 50 (up to 200),"), (("--batch", "50"), "batch 50,")]
+)
+def test_arcature_worker_grows_only_without_batch(
+    args: tuple[str, ...], said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The command passes ``--batch`` on: given, even as 50, it is the ceiling."""
+    with caplog.at_level(logging.INFO, logger="django_arcature.worker"):
+        call_command("arcature_worker", "--burst", "--no-listen", *args, stdout=StringIO())
+    started = [r.getMessage() for r in caplog.records if " started: " in r.getMessage()]
+    assert len(started) == 1 and said in started[0], started
 
 
 class _RecordingWorker(Worker):
