@@ -131,7 +131,8 @@ def test_arcature_worker_grows_only_without_batch(
     with caplog.at_level(logging.INFO, logger="django_arcature.worker"):
         call_command("arcature_worker", "--burst", "--no-listen", *args, stdout=StringIO())
     started = [r.getMessage() for r in caplog.records if " started: " in r.getMessage()]
-    assert len(started) == 1 and said in started[0], started
+    assert len(started) == 1, started
+    assert said in started[0], started
 
 
 class _RecordingWorker(Worker):
