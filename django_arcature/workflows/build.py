@@ -279,6 +279,30 @@ def _find_cycle(nodes: Sequence[Node]) -> list[Node]:
     return []
 
 
+def _callback_name(role: str, task: Any) -> str:
+    """The callback's task name, once its handler is known to take the batch's id.
+
+    A callback is enqueued in the transaction of the last member's completion, in a
+    worker, long after this call: a handler that cannot take one string argument
+    would be refused there, where nobody can fix it. So it is refused here, as an
+    ``.enqueue()`` with the wrong arguments is.
+    """
+    from django_arcature.exceptions import MalformedPayload
+    from django_arcature.registry import prepare_enqueue
+
+    if task is None:
+        return ""
+    name = _task_name(task)
+    try:
+        prepare_enqueue(task, [str(uuid.uuid4())], {})
+    except MalformedPayload as exc:
+        raise WorkflowError(
+            f"Batch({role}={name!r}): a batch callback is called with one argument, the "
+            f"batch's id as a string (e.g. def notify_done(batch_id: str)), and {exc}"
+        ) from None
+    return name
+
+
 class Batch:
     """Jobs that finish together: ``on_success`` runs if none died, ``on_finish`` always.
 
@@ -296,8 +320,8 @@ class Batch:
         name: str = "",
         using: str | None = None,
     ) -> None:
-        self.on_success = _task_name(on_success) if on_success is not None else ""
-        self.on_finish = _task_name(on_finish) if on_finish is not None else ""
+        self.on_success = _callback_name("on_success", on_success)
+        self.on_finish = _callback_name("on_finish", on_finish)
         self.name = name
         self.using = job_database(using)
         self.id: uuid.UUID | None = None
@@ -306,9 +330,17 @@ class Batch:
 
     @classmethod
     def open(cls, batch_id: uuid.UUID | str, *, using: str | None = None) -> Batch:
-        """A handle on an enqueued, still open batch, to add members to it."""
+        """A handle on an enqueued, still open batch, to add members to it.
+
+        A batch id that names no batch raises ``LookupError`` here, where the id was
+        passed, rather than at the handle's ``enqueue()`` (or never, for ``close()``).
+        """
+        from django_arcature.workflows.models import BatchRun
+
         batch = cls(using=using)
         batch.id = uuid.UUID(str(batch_id))
+        if not BatchRun.objects.using(batch.using).filter(id=batch.id).exists():
+            raise LookupError(f"no batch {batch.id} (Batch.open takes the id of an enqueued batch)")
         return batch
 
     def add(self, task: Any, *args: Any, **kwargs: Any) -> uuid.UUID:

@@ -148,3 +148,9 @@ def nested_flow(label: str) -> str:
     inner.add(step, f"{label} 2", after=[first])
     inner.enqueue()
     return str(inner.id)
+
+
+@job(name="wf.count_rows", max_attempts=1)
+def count_rows(rows: int) -> int:
+    """Takes a number, so it cannot be a batch callback (which gets the batch's id)."""
+    return rows
