@@ -179,6 +179,12 @@ class Workflow:
         conf = get_settings()
         mine = {id(node) for node in self.nodes}
         for node in self.nodes:
+            if node.when != "succeeded" and not node.upstream:
+                # Nothing to wait for: it would run at once (a refund beside the charge).
+                raise WorkflowError(
+                    f"node {node.name!r} has when={node.when!r} but waits for nothing: with "
+                    "no after=[...] it would run at once; name the nodes it follows"
+                )
             for up in node.upstream:
                 if id(up) not in mine:
                     raise WorkflowError(

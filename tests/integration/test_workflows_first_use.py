@@ -1,8 +1,8 @@
-"""Batch callbacks as a user meets them: a callback that cannot take the batch's id.
+"""Workflows and batches as a new user meets them: the mistakes caught where they are made.
 
-A callback is enqueued by the last member's completion, in a worker: an argument
-mistake found there is found where nobody can fix it. These tests pin where it is
-found instead.
+A batch callback is enqueued by the last member's completion, in a worker, and a
+node's ``when`` is read by its upstream's completion: a mistake found there is
+found where nobody can fix it. These tests pin that it is found at the call instead.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import uuid
 import pytest
 from django.core.management import call_command
 
-from django_arcature import Batch, WorkflowError
+from django_arcature import Batch, Workflow, WorkflowError
 from django_arcature.exceptions import UnknownTask
 from django_arcature.models import Job, JobStatus
-from django_arcature.workflows.models import BatchRun
+from django_arcature.workflows.models import BatchRun, WorkflowRun
 from tests.testapp import workflow_jobs as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,3 +83,25 @@ def test_opening_a_batch_that_does_not_exist_says_so() -> None:
     missing = uuid.uuid4()
     with pytest.raises(LookupError, match=f"no batch {missing}"):
         Batch.open(missing)
+
+
+@pytest.mark.parametrize("when", ["failed", "always"])
+def test_a_when_without_after_is_refused_before_it_runs_at_once(when: str) -> None:
+    """``flow.add(refund, 7, when="failed")`` without ``after=`` would refund at once."""
+    flow = Workflow("fulfil order")
+    flow.add(wf.step, "charge")
+    flow.add(wf.step, "refund", when=when)
+    with pytest.raises(WorkflowError, match=f"when='{when}' but waits for nothing"):
+        flow.enqueue()
+    assert not Job.objects.exists()
+    assert not WorkflowRun.objects.exists()
+
+
+def test_a_when_given_its_upstream_later_with_after_is_accepted() -> None:
+    flow = Workflow("fulfil order")
+    charge = flow.add(wf.boom, "charge")
+    refund = flow.add(wf.step, "refund", when="failed")
+    refund.after(charge)
+    flow.enqueue()
+    call_command("arcature_worker", "--burst", "--no-duties", stdout=io.StringIO())
+    assert refund.job.status == JobStatus.SUCCEEDED
