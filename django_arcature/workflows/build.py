@@ -106,7 +106,15 @@ class Node:
         """This node's job as stored now (after ``enqueue()``)."""
         from django_arcature.models import Job
 
-        return Job.objects.db_manager(self.workflow.using).get(id=self.job_id)
+        workflow = self.workflow
+        if workflow.enqueued and not workflow.created:
+            raise WorkflowError(
+                f"node {self.name!r} was never written: a live workflow already held the key "
+                f"{workflow.key!r}, so enqueue() wrote nothing and returned that one "
+                f"(created is False, id {workflow.id}); read its jobs from "
+                "WorkflowNode.objects.filter(workflow_id=flow.id)"
+            )
+        return Job.objects.db_manager(workflow.using).get(id=self.job_id)
 
 
 class Workflow:
@@ -326,6 +334,10 @@ class Batch:
         name: str = "",
         using: str | None = None,
     ) -> None:
+        if not isinstance(name, str) or len(name) > 200:
+            # The column is 200 characters: PostgreSQL and MariaDB would refuse it at the
+            # write, SQLite would keep it whole.
+            raise WorkflowError(f"a batch's name is 0 to 200 characters, not {name!r}")
         self.on_success = _callback_name("on_success", on_success)
         self.on_finish = _callback_name("on_finish", on_finish)
         self.name = name

@@ -105,3 +105,28 @@ def test_a_when_given_its_upstream_later_with_after_is_accepted() -> None:
     flow.enqueue()
     call_command("arcature_worker", "--burst", "--no-duties", stdout=io.StringIO())
     assert refund.job.status == JobStatus.SUCCEEDED
+
+
+def test_a_node_of_a_workflow_whose_key_was_held_says_it_was_never_written() -> None:
+    """The second enqueue returns the live workflow; its own nodes have no job to read."""
+    first = Workflow("fulfil order", key="order-7")
+    charge = first.add(wf.step, "charge")
+    first.enqueue()
+    again = Workflow("fulfil order", key="order-7")
+    ship = again.add(wf.step, "ship")
+    again.enqueue()
+    assert again.created is False
+    assert again.id == first.id
+    with pytest.raises(WorkflowError, match=r"node 'step' was never written: .* key 'order-7'"):
+        ship.job  # noqa: B018
+    assert charge.job.status == JobStatus.PENDING
+    assert Job.objects.count() == 1
+
+
+def test_a_batch_name_past_its_column_is_refused_on_every_database() -> None:
+    with pytest.raises(WorkflowError, match="a batch's name is 0 to 200 characters"):
+        Batch(name="n" * 201)
+    batch = Batch(name="n" * 200)
+    batch.add(wf.step, "row")
+    batch.enqueue()
+    assert BatchRun.objects.get(id=batch.id).name == "n" * 200
