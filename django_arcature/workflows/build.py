@@ -307,12 +307,14 @@ def _callback_name(role: str, task: Any) -> str:
     if task is None:
         return ""
     name = _task_name(task)
+    probe = str(uuid.uuid4())
     try:
-        prepare_enqueue(task, [str(uuid.uuid4())], {})
+        prepare_enqueue(task, [probe], {})
     except MalformedPayload as exc:
+        reason = str(exc).replace(repr(probe), "<the batch's id>")
         raise WorkflowError(
             f"Batch({role}={name!r}): a batch callback is called with one argument, the "
-            f"batch's id as a string (e.g. def notify_done(batch_id: str)), and {exc}"
+            f"batch's id as a string (e.g. def notify_done(batch_id: str)), and {reason}"
         ) from None
     return name
 

@@ -29,7 +29,7 @@ def test_a_callback_whose_handler_cannot_take_the_batch_id_is_refused_at_once(ro
     message = str(refused.value)
     assert f"Batch({role}='wf.count_rows')" in message
     assert "one argument, the batch's id as a string" in message
-    assert "argument 'rows' of count_rows must be int" in message
+    assert "argument 'rows' of count_rows must be int, got str <the batch's id>" in message
     assert not Job.objects.exists()
     assert not BatchRun.objects.exists()
 
