@@ -129,4 +129,5 @@ def test_a_batch_name_past_its_column_is_refused_on_every_database() -> None:
     batch = Batch(name="n" * 200)
     batch.add(wf.step, "row")
     batch.enqueue()
+    assert batch.id is not None
     assert BatchRun.objects.get(id=batch.id).name == "n" * 200
