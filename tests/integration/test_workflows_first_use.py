@@ -17,6 +17,7 @@ from django_arcature import Batch, Workflow, WorkflowError
 from django_arcature.exceptions import UnknownTask
 from django_arcature.models import Job, JobStatus
 from django_arcature.workflows.models import BatchRun, WorkflowRun
+from django_arcature.workflows.results import progress_of
 from tests.testapp import workflow_jobs as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,3 +132,29 @@ def test_a_batch_name_past_its_column_is_refused_on_every_database() -> None:
     batch.enqueue()
     assert batch.id is not None
     assert BatchRun.objects.get(id=batch.id).name == "n" * 200
+
+
+def test_an_async_node_reads_its_upstream_and_reports_progress() -> None:
+    flow = Workflow("async fan-in")
+    picks = [flow.add(wf.step, f"pick {i}") for i in range(2)]
+    gather = flow.add(wf.async_gather, "ship", after=picks)
+    flow.enqueue()
+    call_command("arcature_worker", "--burst", "--no-duties", stdout=io.StringIO())
+    job = gather.job
+    assert job.status == JobStatus.SUCCEEDED, job.last_error
+    assert job.result == {
+        "label": "ship",
+        "upstream": {"step": "pick 0", "step-2": "pick 1"},
+        "written": True,
+    }
+    assert progress_of(gather.job_id) == (1.0, "ship done")
+
+
+def test_an_async_node_calling_the_sync_upstream_is_told_what_to_call() -> None:
+    flow = Workflow("async mistake")
+    node = flow.add(wf.async_sync_calls, "x", after=[flow.add(wf.step, "a")])
+    flow.enqueue()
+    call_command("arcature_worker", "--burst", "--no-duties", stdout=io.StringIO())
+    job = node.job
+    assert job.status == JobStatus.DEAD
+    assert "use await current_job().aupstream(...)" in job.last_error
