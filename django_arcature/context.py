@@ -10,10 +10,13 @@ doing work whose result would be fenced out anyway.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +68,12 @@ class JobContext:
         """
         from django_arcature.workflows.results import upstream_results
 
+        _refuse_on_event_loop("upstream")
         return upstream_results(self.job_id)
+
+    async def aupstream(self) -> dict[str, Any]:
+        """:meth:`upstream` for ``async def`` handlers (one read in a worker thread)."""
+        return await _off_the_loop(self.upstream)
 
     def progress(self, fraction: float, message: str = "") -> bool:
         """Report how far the job is (0.0 to 1.0) with a short message; fenced and throttled.
@@ -78,11 +86,16 @@ class JobContext:
 
         if not 0.0 <= float(fraction) <= 1.0:
             raise ValueError(f"progress is a fraction from 0.0 to 1.0, not {fraction!r}")
+        _refuse_on_event_loop("progress")
         now = time.monotonic()
         if not write_progress(self, float(fraction), str(message), now, self._progress_at):
             return False
         self._progress_at = now
         return True
+
+    async def aprogress(self, fraction: float, message: str = "") -> bool:
+        """:meth:`progress` for ``async def`` handlers (the write in a worker thread)."""
+        return await _off_the_loop(self.progress, fraction, message)
 
     @property
     def is_last_attempt(self) -> bool:
@@ -97,6 +110,45 @@ class JobContext:
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``, waking early if cancelled; returns ``cancelled``."""
         return self.cancel_event.wait(seconds)
+
+
+async def _off_the_loop[T](func: Callable[..., T], *args: Any) -> T:
+    """Run ``func`` in a pool thread, closing that thread's connections after it.
+
+    A pool thread's connection would otherwise outlive the attempt, unseen by the
+    worker's own connection handling (one more session per worker, held for good).
+    Reports are throttled, so a connection per call costs little.
+    """
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    def call() -> T:
+        try:
+            return func(*args)
+        finally:
+            connections.close_all()
+
+    return await sync_to_async(call, thread_sensitive=False)()
+
+
+def _refuse_on_event_loop(name: str) -> None:
+    """Say which call to make instead of Django's generic SynchronousOnlyOperation.
+
+    ``upstream()`` and ``progress()`` query the database, which Django refuses on an
+    event loop, and an ``async def`` handler runs on one.
+    """
+    if os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE"):
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    raise SynchronousOnlyOperation(
+        f"current_job().{name}() queries the database, which Django refuses on an event "
+        f"loop: in an async def handler, use await current_job().a{name}(...)"
+    )
 
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(

@@ -232,3 +232,53 @@ def test_a_failing_sample_names_its_line_in_the_page(tmp_path: Path) -> None:
         list(samples.run(samples.parse(path)))
     frame = failure.traceback[-1]
     assert (Path(frame.path), frame.lineno + 1) == (path, 6)
+
+
+# --- async samples ---------------------------------------------------------------------
+
+#: Synchronous calls that query the database: Django refuses them on an event loop.
+_SYNC_ONLY = {"enqueue": "aenqueue", "enqueue_many": "aenqueue", "wait": "async_wait"}
+
+
+def _sync_calls_on_the_event_loop(code: str) -> list[str]:
+    """``.enqueue()`` / ``.wait()`` called inside an ``await`` or an ``async def``."""
+    if code.lstrip().startswith(">>>"):  # a session: its input lines only
+        code = "\n".join(
+            line[4:] for line in code.splitlines() if line.startswith((">>> ", "... ", ">>>"))
+        )
+    try:
+        tree = compile(code, "<sample>", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except SyntaxError:  # a shown-only sketch (`{...}`): nothing to read
+        return []
+    found = []
+    for scope in ast.walk(tree):
+        if not isinstance(scope, ast.Await | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(scope):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _SYNC_ONLY
+            ):
+                found.append(
+                    f"line {node.lineno}: .{node.func.attr}() (use {_SYNC_ONLY[node.func.attr]})"
+                )
+    return found
+
+
+def test_no_sample_calls_a_sync_enqueue_or_wait_on_the_event_loop() -> None:
+    """``await handle.enqueue(x).async_wait()`` raises SynchronousOnlyOperation in a view."""
+    problems = [
+        f"{sample.path.relative_to(samples.DOCS.parent)}:{sample.line}: {problem}"
+        for page in PAGES
+        for sample in page.samples
+        for problem in _sync_calls_on_the_event_loop(sample.code)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_async_check_finds_the_sync_enqueue_it_is_for() -> None:
+    code = "job = await resize.enqueue(1).async_wait(timeout=30)\n"
+    assert _sync_calls_on_the_event_loop(code) == ["line 1: .enqueue() (use aenqueue)"]
+    fine = "async def view(request):\n    job = await resize.aenqueue(1)\n"
+    assert _sync_calls_on_the_event_loop(fine) == []

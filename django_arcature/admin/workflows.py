@@ -290,8 +290,10 @@ class WorkflowRunAdmin(RunAdminMixin, _WorkflowAdmin):
     kind = "workflow"
     #: Their number grows with use (a workflow per order, say): no full count.
     paginator = EstimatedCountPaginator
-    list_display = ("name", "key", "node_count", "created_at", "cancelled")
+    list_display = ("name", "key", "node_count", "outcome", "created_at", "cancelled")
     list_display_links = ("name",)
+    #: "Which workflows failed?" is the operator's first question; outcome is indexed.
+    list_filter = ("outcome",)
     search_fields = ("name", "key")
     search_help_text = gettext_lazy("Search by workflow name or key.")
     ordering = ("-created_at",)
@@ -345,7 +347,8 @@ class BatchRunAdmin(RunAdminMixin, _BatchAdmin):
     kind = "batch"
     #: Their number grows with use (a workflow per order, say): no full count.
     paginator = EstimatedCountPaginator
-    list_display = ("__str__", "total", "closed", "fired", "created_at", "cancelled")
+    list_display = ("__str__", "total", "closed", "outcome", "fired", "created_at", "cancelled")
+    list_filter = ("outcome",)
     search_fields = ("name",)
     search_help_text = gettext_lazy("Search by batch name or id.")
     ordering = ("-created_at",)

@@ -106,7 +106,15 @@ class Node:
         """This node's job as stored now (after ``enqueue()``)."""
         from django_arcature.models import Job
 
-        return Job.objects.db_manager(self.workflow.using).get(id=self.job_id)
+        workflow = self.workflow
+        if workflow.enqueued and not workflow.created:
+            raise WorkflowError(
+                f"node {self.name!r} was never written: a live workflow already held the key "
+                f"{workflow.key!r}, so enqueue() wrote nothing and returned that one "
+                f"(created is False, id {workflow.id}); read its jobs from "
+                "WorkflowNode.objects.filter(workflow_id=flow.id)"
+            )
+        return Job.objects.db_manager(workflow.using).get(id=self.job_id)
 
 
 class Workflow:
@@ -179,6 +187,12 @@ class Workflow:
         conf = get_settings()
         mine = {id(node) for node in self.nodes}
         for node in self.nodes:
+            if node.when != "succeeded" and not node.upstream:
+                # Nothing to wait for: it would run at once (a refund beside the charge).
+                raise WorkflowError(
+                    f"node {node.name!r} has when={node.when!r} but waits for nothing: with "
+                    "no after=[...] it would run at once; name the nodes it follows"
+                )
             for up in node.upstream:
                 if id(up) not in mine:
                     raise WorkflowError(
@@ -279,6 +293,32 @@ def _find_cycle(nodes: Sequence[Node]) -> list[Node]:
     return []
 
 
+def _callback_name(role: str, task: Any) -> str:
+    """The callback's task name, once its handler is known to take the batch's id.
+
+    A callback is enqueued in the transaction of the last member's completion, in a
+    worker, long after this call: a handler that cannot take one string argument
+    would be refused there, where nobody can fix it. So it is refused here, as an
+    ``.enqueue()`` with the wrong arguments is.
+    """
+    from django_arcature.exceptions import MalformedPayload
+    from django_arcature.registry import prepare_enqueue
+
+    if task is None:
+        return ""
+    name = _task_name(task)
+    probe = str(uuid.uuid4())
+    try:
+        prepare_enqueue(task, [probe], {})
+    except MalformedPayload as exc:
+        reason = str(exc).replace(repr(probe), "<the batch's id>")
+        raise WorkflowError(
+            f"Batch({role}={name!r}): a batch callback is called with one argument, the "
+            f"batch's id as a string (e.g. def notify_done(batch_id: str)), and {reason}"
+        ) from None
+    return name
+
+
 class Batch:
     """Jobs that finish together: ``on_success`` runs if none died, ``on_finish`` always.
 
@@ -296,8 +336,12 @@ class Batch:
         name: str = "",
         using: str | None = None,
     ) -> None:
-        self.on_success = _task_name(on_success) if on_success is not None else ""
-        self.on_finish = _task_name(on_finish) if on_finish is not None else ""
+        if not isinstance(name, str) or len(name) > 200:
+            # The column is 200 characters: PostgreSQL and MariaDB would refuse it at the
+            # write, SQLite would keep it whole.
+            raise WorkflowError(f"a batch's name is 0 to 200 characters, not {name!r}")
+        self.on_success = _callback_name("on_success", on_success)
+        self.on_finish = _callback_name("on_finish", on_finish)
         self.name = name
         self.using = job_database(using)
         self.id: uuid.UUID | None = None
@@ -306,9 +350,17 @@ class Batch:
 
     @classmethod
     def open(cls, batch_id: uuid.UUID | str, *, using: str | None = None) -> Batch:
-        """A handle on an enqueued, still open batch, to add members to it."""
+        """A handle on an enqueued, still open batch, to add members to it.
+
+        A batch id that names no batch raises ``LookupError`` here, where the id was
+        passed, rather than at the handle's ``enqueue()`` (or never, for ``close()``).
+        """
+        from django_arcature.workflows.models import BatchRun
+
         batch = cls(using=using)
         batch.id = uuid.UUID(str(batch_id))
+        if not BatchRun.objects.using(batch.using).filter(id=batch.id).exists():
+            raise LookupError(f"no batch {batch.id} (Batch.open takes the id of an enqueued batch)")
         return batch
 
     def add(self, task: Any, *args: Any, **kwargs: Any) -> uuid.UUID:

@@ -148,3 +148,26 @@ def nested_flow(label: str) -> str:
     inner.add(step, f"{label} 2", after=[first])
     inner.enqueue()
     return str(inner.id)
+
+
+@job(name="wf.count_rows", max_attempts=1)
+def count_rows(rows: int) -> int:
+    """Takes a number, so it cannot be a batch callback (which gets the batch's id)."""
+    return rows
+
+
+@job(name="wf.async_gather", max_attempts=1)
+async def async_gather(label: str) -> dict[str, Any]:
+    """An ``async def`` node: reads its upstream and reports progress the async way."""
+    context = current_job()
+    assert context is not None
+    written = await context.aprogress(1.0, f"{label} done")
+    return {"label": label, "upstream": await context.aupstream(), "written": written}
+
+
+@job(name="wf.async_sync_calls", max_attempts=1)
+async def async_sync_calls(label: str) -> None:
+    """An ``async def`` node calling the sync ``upstream()``: refused with the fix."""
+    context = current_job()
+    assert context is not None
+    context.upstream()
