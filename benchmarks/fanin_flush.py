@@ -5,7 +5,8 @@
 Why: the drain benchmark (``workflows.py``) gives the workers' CPU per fan-in node,
 not which statement of the completion transaction it goes to, nor the server's
 share. This builds one 1 → ``nodes`` → 1 workflow, completes its root, then claims
-and completes the middle nodes ``--flush`` at a time on one connection, as the
+and completes the middle nodes ``--flush`` at a time on one connection (the CPU of
+its server process is read from ``/proc``: the server's share per node), as the
 worker's flush does (``write_completions(plain_alone=True)``), with every
 statement timed from the client (``--separate``: each sent on its own, the
 one-round-trip batching off): wall time per statement kind and per node, the client CPU of
@@ -49,6 +50,15 @@ def kind_of(sql: str) -> str:
     return f"{verb} {table.replace('django_arcature_', '')}{lock}{probe}"
 
 
+def _process_cpu(pid: int | None) -> float:
+    """User + system seconds of a process on this host (0 if unknown)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _shape(node: dict[str, Any]) -> str:
     """A plan node and its children, one line: type, index, conditions, time."""
     parts = [node["Node Type"]]
@@ -60,20 +70,19 @@ def _shape(node: dict[str, Any]) -> str:
     return " ".join(parts) + (" [" + "; ".join(children) + "]" if children else "")
 
 
-def measure(
-    nodes: int, flush: int, explain: bool, profile: bool, separate: bool
-) -> dict[str, Any]:
+def measure(nodes: int, flush: int, explain: bool, profile: bool, separate: bool) -> dict[str, Any]:
     from django.db import connection, transaction
 
     from benchmarks.benchapp.jobs import noop
     from django_arcature import Workflow, registry
+    from django_arcature.db.claimed import ClaimedJob
     from django_arcature.manager import dependencies
     from django_arcature.models import Job
     from django_arcature.transitions import Completion
 
     registry.autodiscover()
     if separate:
-        dependencies._one_round_trip = lambda connection: False  # type: ignore[assignment]
+        dependencies._one_round_trip = lambda connection: False
     tables = [
         "django_arcature_workflowedge",
         "django_arcature_workflownode",
@@ -91,7 +100,7 @@ def measure(
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
 
-    def complete(claimed: list[Job]) -> None:
+    def complete(claimed: list[ClaimedJob]) -> None:
         Job.objects.write_completions(
             [
                 Completion(
@@ -146,6 +155,10 @@ def measure(
     root_ms = {k: round(v * 1e3, 1) for k, v in sorted(wall.items(), key=lambda i: -i[1])}
     wall.clear()
     count.clear()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0] if connection.vendor == "postgresql" else None
+    server_before = _process_cpu(backend)
     cpu = 0.0
     done = 0
     flushes = 0
@@ -167,6 +180,7 @@ def measure(
             state["explain"] = False
             done += len(claimed)
             flushes += 1
+    server_seconds = _process_cpu(backend) - server_before
     profile_text = ""
     if profiler is not None:
         out = io.StringIO()
@@ -179,8 +193,11 @@ def measure(
         "root_statements_ms": root_ms,
         "jobs_completed_after_root": done,
         "completion_cpu_us_per_node": round(cpu * 1e6 / max(done, 1), 1),
+        # The connection's server process (same host), claims and completions both.
+        "server_cpu_us_per_node": round(server_seconds * 1e6 / max(done, 1), 1),
         "statements_us_per_node": {
-            k: round(v * 1e6 / max(done, 1), 1) for k, v in sorted(wall.items(), key=lambda i: -i[1])
+            k: round(v * 1e6 / max(done, 1), 1)
+            for k, v in sorted(wall.items(), key=lambda i: -i[1])
         },
         "statements_per_flush": {k: round(count[k] / max(flushes, 1), 2) for k in sorted(count)},
         "explain": plans,
@@ -195,9 +212,7 @@ def main() -> None:
     parser.add_argument("--flush", type=int, default=50, help="completions per write")
     parser.add_argument("--explain", action="store_true")
     parser.add_argument("--profile", action="store_true", help="cProfile one flush")
-    parser.add_argument(
-        "--separate", action="store_true", help="each statement its own round trip"
-    )
+    parser.add_argument("--separate", action="store_true", help="each statement its own round trip")
     parser.add_argument("--url", default=DEFAULT_URL, help="the benchmark's database")
     options = parser.parse_args()
     os.environ["DATABASE_URL"] = options.url
