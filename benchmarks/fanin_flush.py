@@ -11,7 +11,8 @@ worker's flush does (``write_completions(plain_alone=True)``), with every
 statement timed from the client (``--separate``: each sent on its own, the
 one-round-trip batching off): wall time per statement kind and per node, the client CPU of
 the whole write per node, and with ``--explain`` EXPLAIN (ANALYZE, BUFFERS, WAL)
-of each statement of the flush half-way through (in a savepoint rolled back,
+of each statement of the flush half-way through; ``--plain``: as many plain
+jobs, claimed and completed the same way, for comparison (in a savepoint rolled back,
 then the statement itself). PostgreSQL; ``--url`` for another database.
 """
 
@@ -70,7 +71,9 @@ def _shape(node: dict[str, Any]) -> str:
     return " ".join(parts) + (" [" + "; ".join(children) + "]" if children else "")
 
 
-def measure(nodes: int, flush: int, explain: bool, profile: bool, separate: bool) -> dict[str, Any]:
+def measure(
+    nodes: int, flush: int, explain: bool, profile: bool, separate: bool, plain: bool = False
+) -> dict[str, Any]:
     from django.db import connection, transaction
 
     from benchmarks.benchapp.jobs import noop
@@ -92,11 +95,14 @@ def measure(nodes: int, flush: int, explain: bool, profile: bool, separate: bool
     ]
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE TABLE " + ", ".join(tables))
-    flow = Workflow("fan-in flush")
-    root = flow.add(noop)
-    middle = [flow.add(noop, after=[root]) for _ in range(nodes)]
-    flow.add(noop, after=middle)
-    flow.enqueue()
+    if plain:
+        noop.enqueue_many([[]] * (nodes + 2))
+    else:
+        flow = Workflow("fan-in flush")
+        root = flow.add(noop)
+        middle = [flow.add(noop, after=[root]) for _ in range(nodes)]
+        flow.add(noop, after=middle)
+        flow.enqueue()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
 
@@ -213,6 +219,7 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true")
     parser.add_argument("--profile", action="store_true", help="cProfile one flush")
     parser.add_argument("--separate", action="store_true", help="each statement its own round trip")
+    parser.add_argument("--plain", action="store_true", help="plain jobs, claimed the same way")
     parser.add_argument("--url", default=DEFAULT_URL, help="the benchmark's database")
     options = parser.parse_args()
     os.environ["DATABASE_URL"] = options.url
@@ -227,7 +234,12 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     result = measure(
-        options.nodes, options.flush, options.explain, options.profile, options.separate
+        options.nodes,
+        options.flush,
+        options.explain,
+        options.profile,
+        options.separate,
+        options.plain,
     )
     text = result.pop("profile")
     print(json.dumps(result, indent=1), flush=True)
