@@ -166,8 +166,7 @@ def _finished_nodes(
     qn = connection.ops.quote_name
     node = qn(m.WorkflowNode._meta.db_table)
     run = qn(m.WorkflowRun._meta.db_table)
-    column = f"n.{qn('job_id')}"
-    where, params = keyed_id_list(connection, column, ids) or _id_list(connection, column, ids)
+    where, params = _id_list(connection, f"n.{qn('job_id')}", ids)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT n.{qn('job_id')}, n.{qn('has_dependents')}, n.{qn('batch_id')}, "

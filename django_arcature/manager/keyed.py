@@ -1,7 +1,7 @@
 """A list of ids that PostgreSQL looks up by key, whatever the statistics say.
 
 A worker's flush of a wide fan-in's nodes sends statements over a few hundred ids
-(their node rows, the edges leaving them). Written as ``column = ANY(%s)`` with
+(the edges leaving them). Written as ``column = ANY(%s)`` with
 the list as a constant, PostgreSQL costs each id as a descent of the index plus
 a random page, and on tables of the size one workflow of 10,000 nodes makes
 (20,000 edges) it chose a sequential scan of the whole table for every flush:
