@@ -52,6 +52,8 @@ from django_arcature.db import DatabaseNow
 from django_arcature.db.claimed import as_uuid
 from django_arcature.states import JobStatus
 
+from .keyed import keyed_id_list
+
 if TYPE_CHECKING:
     from django_arcature.models import Job
 
@@ -369,7 +371,11 @@ def _mark_edges(
     connection = connections[using]
     qn = connection.ops.quote_name
     edge = _by_key(connection, qn(m.WorkflowEdge._meta.db_table), "arcature_edge_once")
-    where, params = _id_list(connection, qn("upstream_id"), ups)
+    # By key on PostgreSQL (``keyed``): a flush's few hundred upstreams were read by
+    # a scan of the whole edge table on a workflow's own statistics.
+    where, params = keyed_id_list(connection, qn("upstream_id"), ups) or _id_list(
+        connection, qn("upstream_id"), ups
+    )
     met_by = MET_BY[outcome]
     accepts = f"{qn('when')} IN ({', '.join(['%s'] * len(met_by))})"
     sole_met_here = f"{qn('sole')} AND {accepts}"
