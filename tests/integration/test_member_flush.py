@@ -1,0 +1,155 @@
+"""A worker's flush of batch members and workflow nodes: counted once, fired once.
+
+On PostgreSQL the statement that writes the members reads their node rows in its
+``RETURNING``, and settling them uses those rows instead of looking the nodes up
+again (``Driver.complete_batch_members``). These tests hold what must not change
+with that, on every database: only the members whose claim held are counted, a
+batch's callback is enqueued once, by the flush that finishes it, a workflow
+finishes when its last node does, and a dependent is released by its upstream's
+flush.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_arcature import Batch, Workflow
+from django_arcature.models import Job, JobStatus
+from django_arcature.transitions import ClaimTransition, Completion
+from django_arcature.workflows.models import BatchRun, WorkflowNode, WorkflowRun
+from tests.testapp import workflow_jobs as wf
+
+from .conftest import MakeJobs, fresh
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def succeeded(job_id: uuid.UUID) -> Completion:
+    claimed = Job.objects.claim_job(job_id, "w1", 60)
+    assert claimed is not None, f"{job_id} was not claimable"
+    log = [{"worker": "w1", "error": None}]
+    return Completion(job_id, claimed.claim_token, "succeeded", attempt_log=log)
+
+
+def flush(completions: list[Completion]) -> list[ClaimTransition]:
+    """The worker's flush (``plain_alone``)."""
+    return [w.outcome for w in Job.objects.write_completions(completions, plain_alone=True)]
+
+
+def callbacks() -> int:
+    return Job.objects.filter(task_name="wf.batch_done").count()
+
+
+@contextmanager
+def statements() -> Iterator[list[tuple[str, bool]]]:
+    """Each statement sent while inside: (its SQL, whether it ran in a transaction)."""
+    seen: list[tuple[str, bool]] = []
+
+    def record(execute: Callable[..., Any], sql: str, params: Any, many: bool, ctx: Any) -> Any:
+        seen.append((sql, connection.in_atomic_block or not connection.get_autocommit()))
+        return execute(sql, params, many, ctx)
+
+    with connection.execute_wrapper(record):
+        yield seen
+
+
+def test_members_of_a_flush_are_counted_once_and_the_last_flush_fires(
+    make_jobs: MakeJobs,
+) -> None:
+    batch = Batch(on_success=wf.batch_done, name="flushed")
+    members = [batch.add(wf.step, f"member {i}") for i in range(5)]
+    batch.enqueue()
+    plain = make_jobs(2)
+    stale = succeeded(members[2])
+    current = uuid.uuid4()
+    Job.objects.filter(id=members[2]).update(claim_token=current)  # re-claimed elsewhere
+
+    first = [succeeded(plain[0]), succeeded(members[0]), stale, succeeded(members[1])]
+    first.append(succeeded(plain[1]))
+    outcomes = flush(first)
+
+    assert (
+        outcomes
+        == [ClaimTransition.UPDATED] * 2 + [ClaimTransition.LOST] + [ClaimTransition.UPDATED] * 2
+    )
+    assert batch.counts()["succeeded"] == 2
+    assert callbacks() == 0
+
+    # The stale member under its new claim, and the last two: this flush finishes it.
+    log = [{"worker": "w2", "error": None}]
+    last = [Completion(members[2], current, "succeeded", attempt_log=log)]
+    last += [succeeded(job_id) for job_id in members[3:]]
+    assert flush(last) == [ClaimTransition.UPDATED] * 3
+
+    assert batch.counts() == {
+        "total": 5,
+        "succeeded": 5,
+        "dead": 0,
+        "cancelled": 0,
+        "pending": 0,
+    }
+    assert callbacks() == 1
+    assert batch.id is not None
+    assert BatchRun.objects.get(id=batch.id).fired_at is not None
+    assert {fresh(job_id).status for job_id in [*members, *plain]} == {JobStatus.SUCCEEDED}
+
+
+def test_a_flush_of_nodes_and_members_releases_counts_and_finishes_once(
+    make_jobs: MakeJobs,
+) -> None:
+    flow = Workflow("flushed flow")
+    root = flow.add(wf.step, "root")
+    child = flow.add(wf.step, "child", after=[root])
+    leaf = flow.add(wf.step, "leaf")
+    flow.enqueue()
+    batch = Batch(on_success=wf.batch_done, name="beside a flow")
+    members = [batch.add(wf.step, f"member {i}") for i in range(2)]
+    batch.enqueue()
+    plain = make_jobs(1)
+
+    mixed = [succeeded(root.job_id), succeeded(plain[0]), succeeded(members[0])]
+    mixed += [succeeded(leaf.job_id), succeeded(members[1])]
+    assert flush(mixed) == [ClaimTransition.UPDATED] * 5
+
+    assert fresh(child.job_id).status == JobStatus.PENDING  # released by its root's flush
+    assert callbacks() == 1  # both members in one flush: fired by it, once
+    assert flow.run is not None
+    run = WorkflowRun.objects.get(id=flow.run.id)
+    assert run.outcome == ""  # the child is still to run
+
+    assert flush([succeeded(child.job_id)]) == [ClaimTransition.UPDATED]
+    run.refresh_from_db()
+    assert run.outcome == "succeeded"
+    assert callbacks() == 1
+
+
+@pytest.mark.only_on("postgresql", reason="PostgreSQL's completion statement reads the nodes")
+def test_a_flush_of_members_reads_their_nodes_only_in_the_statement_that_writes_them(
+    make_jobs: MakeJobs,
+) -> None:
+    batch = Batch(on_success=wf.batch_done, name="read once")
+    members = [batch.add(wf.step, f"member {i}") for i in range(3)]
+    batch.enqueue()
+    plain = make_jobs(2)
+    completions = [succeeded(plain[0]), *(succeeded(job_id) for job_id in members)]
+    completions.append(succeeded(plain[1]))
+    node_table = connection.ops.quote_name(WorkflowNode._meta.db_table)
+
+    with statements() as seen:
+        assert flush(completions) == [ClaimTransition.UPDATED] * 5
+
+    # In the members' transaction: their UPDATE, which reads their node rows in its
+    # RETURNING, then the batch's counters and the callback's enqueue; settling them
+    # reads no node again.
+    inside = [sql for sql, in_transaction in seen if in_transaction]
+    reading_nodes = [sql for sql in inside if node_table in sql]
+    assert len(reading_nodes) == 1, reading_nodes
+    assert "UPDATE" in reading_nodes[0]
+    assert callbacks() == 1
+    assert batch.counts()["succeeded"] == 3
