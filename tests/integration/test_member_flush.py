@@ -23,6 +23,7 @@ from django_arcature import Batch, Workflow
 from django_arcature.models import Job, JobStatus
 from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.workflows.models import BatchRun, WorkflowNode, WorkflowRun
+from tests.plans import explained, pg_nodes
 from tests.testapp import workflow_jobs as wf
 
 from .conftest import MakeJobs, fresh
@@ -153,3 +154,43 @@ def test_a_flush_of_members_reads_their_nodes_only_in_the_statement_that_writes_
     assert "UPDATE" in reading_nodes[0]
     assert callbacks() == 1
     assert batch.counts()["succeeded"] == 3
+
+
+@pytest.mark.only_on("postgresql", reason="PostgreSQL's completion statement reads the nodes")
+@pytest.mark.parametrize("statistics", ["fresh statistics", "no statistics"])
+def test_the_members_update_reads_their_nodes_by_key(statistics: str) -> None:
+    """Beside 20,000 other nodes, the members' ``UPDATE`` reads their nodes by
+    primary key, whatever the statistics say (DESIGN §5)."""
+    qn = connection.ops.quote_name
+    nodes, jobs = WorkflowNode._meta.db_table, Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {qn(nodes)} ({qn('job_id')}, {qn('name')}, {qn('when')}, "
+            f"{qn('has_dependents')}) SELECT gen_random_uuid(), 'other ' || g, 'succeeded', "
+            "false FROM generate_series(1, 20000) g"
+        )
+        if statistics == "fresh statistics":
+            cursor.execute(f"ANALYZE {qn(nodes)}")
+            cursor.execute(f"ANALYZE {qn(jobs)}")
+    batch = Batch(on_success=wf.batch_done, name="by key")
+    members = [batch.add(wf.step, f"member {i}") for i in range(5)]
+    batch.enqueue()
+    completions = [succeeded(job_id) for job_id in members]
+
+    found = explained(
+        "default",
+        lambda: Job.objects.complete_batch(completions),
+        lambda sql: sql.lstrip().startswith("WITH") and "UPDATE" in sql,
+    )
+
+    assert len(found) == 1
+    # The job table is as small as this test makes it: how it is read is the
+    # completion's own business (``test_plans``); the node table is the big one here.
+    reads = [
+        (node["Node Type"], node.get("Index Name"))
+        for node in pg_nodes(found[0][1])
+        if node.get("Relation Name") == nodes
+    ]
+    assert reads, "the UPDATE does not read the node table"
+    assert {index for _, index in reads} == {WorkflowNode._meta.db_table + "_pkey"}, reads
+    assert {kind for kind, _ in reads} <= {"Index Scan", "Index Only Scan"}, reads
