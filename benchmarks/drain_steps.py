@@ -43,6 +43,7 @@ def measure(
     from django.db import connection
 
     from django_arcature import registry
+    from django_arcature.bench.measure import _backend_cpu
     from django_arcature.models import Job
     from django_arcature.transitions import Completion
 
@@ -64,6 +65,14 @@ def measure(
         Job.objects.enqueue_many("bench.noop", [()] * jobs, queue="default")
     profiler = cProfile.Profile(time.process_time) if profile else None  # CPU, not waits
     statements = 0
+    # The server's side of the writes: the CPU of this connection's backend (PostgreSQL,
+    # a backend on this machine), read around each write.
+    backend = None
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = int(cursor.fetchone()[0])
+    server_cpu = 0.0
 
     def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         nonlocal statements
@@ -78,7 +87,8 @@ def measure(
     options = {"plain_alone": True} if "plain_alone" in accepted else {}
 
     def write(completions: list[Completion]) -> None:
-        nonlocal write_cpu, writes
+        nonlocal write_cpu, writes, server_cpu
+        server_before = _backend_cpu(backend) if backend is not None else None
         started = time.process_time()
         if profiler is not None:
             profiler.enable()
@@ -88,6 +98,9 @@ def measure(
             profiler.disable()
         write_cpu += time.process_time() - started
         writes += 1
+        server_after = _backend_cpu(backend) if backend is not None else None
+        if server_before is not None and server_after is not None:
+            server_cpu += server_after - server_before
 
     while True:
         started = time.process_time()
@@ -117,6 +130,9 @@ def measure(
         "executes_per_write": round(statements / max(writes, 1), 2),
         "claim_cpu_us_per_job": round(claim_cpu * 1e6 / jobs, 1),
         "completion_cpu_us_per_job": round(write_cpu * 1e6 / jobs, 1),
+        "completion_server_cpu_us_per_job": round(server_cpu * 1e6 / jobs, 1)
+        if backend is not None
+        else None,
         "load": " ".join(Path("/proc/loadavg").read_text().split()[:3])
         if Path("/proc/loadavg").exists()
         else None,
