@@ -181,7 +181,7 @@ def _member_join(connection: BaseDatabaseWrapper, members: MemberTable | None, j
     subquery with LIMIT 1, which the planner cannot flatten into a join of whole
     tables: one primary-key probe per row, as the plain jobs' member probe is
     (:func:`_build_json_sql`), where a join of the node table was planned as a
-    hash join over all of it.
+    hash join over all of it. The run is read, never locked.
     """
     if members is None:
         return ""
@@ -190,6 +190,9 @@ def _member_join(connection: BaseDatabaseWrapper, members: MemberTable | None, j
     node_columns = ", ".join(
         qn(name) for name in (column, "has_dependents", "batch_id", "workflow_id")
     )
+    # Two subqueries of one table each: with the run joined inside the node's, the
+    # planner chose, on statistics that saw no node, a whole index of the node table
+    # per row (``test_member_flush``).
     return (
         f" LEFT JOIN LATERAL (SELECT {node_columns} FROM {qn(member_table)}"
         f" WHERE {qn(column)} = {job_id} LIMIT 1) AS arcature_m ON true"
