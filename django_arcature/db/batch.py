@@ -24,9 +24,6 @@ from .base import CompletionRow, MemberRow, MemberTable, driver_class
 from .claimed import as_uuid
 from .clock import DatabaseNow, now_sql
 
-#: ``base``'s: the completion's ``RETURNING`` reads the tables, and answers the rows.
-__all__ = ["MemberRow", "MemberTable"]
-
 
 @dataclass
 class BatchParts:
