@@ -33,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     # How many jobs one claim round trip takes at most.
     "BATCH_SIZE": 50,
     # The most a worker's claims may grow to under a backlog of short jobs (None:
-    # 4 x BATCH_SIZE when BATCH_SIZE is the default, else BATCH_SIZE: no growth).
+    # 4 x BATCH_SIZE when BATCH_SIZE is not set, else BATCH_SIZE: no growth).
     "BATCH_SIZE_MAX": None,
     # Handler threads per worker process.
     "CONCURRENCY": 4,
@@ -401,6 +401,17 @@ def get_settings() -> ArcatureSettings:
     except Exception:  # a value that cannot be copied is simply read again next time
         _cached = None
     return snapshot
+
+
+def configured(key: str) -> bool:
+    """Whether the project's ``ARCATURE`` sets ``key`` itself, whatever the value.
+
+    For the few defaults that depend on whether a choice was made, not on its value:
+    ``BATCH_SIZE = 50`` written out is a ceiling on claims, an unset one lets them
+    grow (``BATCH_SIZE_MAX``).
+    """
+    raw = getattr(settings, "ARCATURE", None)
+    return isinstance(raw, dict) and key in raw
 
 
 def _forget_settings(*, setting: str, **kwargs: object) -> None:

@@ -377,7 +377,7 @@ def _mark_edges(
     it was half the server's work of a wide fan-out's root (10,000 edge rows, each
     a new version in every index of the table). Those edges are read instead. The
     others are marked by one ``UPDATE``, with ``RETURNING`` where the database has
-    it; on MariaDB one ``SELECT`` after it reads back both kinds. ``before``
+    it; on MariaDB one ``SELECT`` before it reads both kinds, still open. ``before``
     (PostgreSQL with client-side binding only) are statements without results sent
     ahead of them in the same query, then emptied.
     """
@@ -419,15 +419,24 @@ def _mark_edges(
             cursor.execute(sole_sql, sole_args)
             rows += cursor.fetchall()
         else:
-            # MariaDB: every edge left open now is a sole edge met (the UPDATE
-            # marked all the others); ``state <> 'open'``: one this transaction marked.
-            cursor.execute(sql, args)
+            # MariaDB (no RETURNING): the open edges are read before the UPDATE
+            # decides them, so the rows named are exactly those this statement
+            # decides (or, sole and met, leaves unwritten). Read after it, as
+            # ``state <> 'open'``, they included every edge decided earlier: after a
+            # rerun of a dead upstream, those into the dependents its death had
+            # released, each sent again to be locked and found not waiting. Only
+            # this completion writes these edges (its job row, which a requeue locks
+            # first, stays locked by it), so nothing changes them in between.
             cursor.execute(
-                f"SELECT {columns} FROM {edge} "
-                f"WHERE {where} AND ({qn('state')} <> %s OR ({sole_met_here}))",
-                [*params, m.EdgeState.OPEN, *met_by],
+                f"SELECT {columns}, {qn('when')} FROM {edge} WHERE {where} AND {qn('state')} = %s",
+                [*params, m.EdgeState.OPEN],
             )
-            rows = cursor.fetchall()
+            met, unmet_state = m.EdgeState.MET, m.EdgeState.UNMET
+            rows = [
+                (down, workflow, sole, met if when in met_by else unmet_state)
+                for down, workflow, sole, _, when in cursor.fetchall()
+            ]
+            cursor.execute(sql, args)
     workflow_of: dict[uuid.UUID, uuid.UUID] = {}
     sole_met: list[uuid.UUID] = []
     unmet = m.EdgeState.UNMET
@@ -977,14 +986,38 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
         handles = [name for _, name in due]
         # Each callback's job id is stored with fired_at (the admin links them).
         callback_jobs = {
-            column: model.objects.db_manager(using).enqueue(name, args=[str(batch.id)]).pk
-            for column, name in due
+            column: _enqueue_callback(using, model, batch.id, name) for column, name in due
         }
         outcome = m.Outcome.SUCCEEDED if clean else m.Outcome.FAILED
         m.BatchRun.objects.using(using).filter(id=batch.id).update(
             fired_at=DatabaseNow(), outcome=outcome, **callback_jobs
         )
         logger.info("batch %s finished (%s); enqueued %s", batch.id, counts, handles or "nothing")
+
+
+def _enqueue_callback(using: str, model: type[Job], batch_id: uuid.UUID, name: str) -> uuid.UUID:
+    """The callback's job, also when its handler refuses it now.
+
+    The name was checked when the batch was built; a deploy since may have renamed
+    the handler or changed what it takes. Raising here would abort the last
+    member's completion, and every worker claiming that member again would stop the
+    same way: the callback is stored regardless, and dead-lettered by the worker
+    with the refusal as its reason.
+    """
+    from django_arcature.exceptions import MalformedPayload, UnknownTask
+
+    manager = model.objects.db_manager(using)
+    try:
+        return manager.enqueue(name, args=[str(batch_id)]).pk
+    except (UnknownTask, MalformedPayload) as exc:
+        logger.warning(
+            "batch %s: its callback %r is refused by this deploy (%s); it is stored "
+            "and will be dead-lettered with that reason",
+            batch_id,
+            name,
+            exc,
+        )
+        return manager.enqueue_stored_name(name, args=[str(batch_id)]).pk
 
 
 # --- operators -------------------------------------------------------------------
@@ -1014,10 +1047,13 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
         uncount_member(using, job_id, batch_id, FAILED)
     if workflow_id is None:
         return []
+    edges = m.WorkflowEdge.objects.using(using)
     if workflow_cancelled is not None:
         uncount_nodes(using, workflow_id, {job_id: "dead"})
+        # Its death met these (stored open, ``_mark_edges``) and nothing reopens them
+        # here: written met, or its next outcome would decide them again (unmet).
+        _write_sole_met(edges, [job_id])
         return []  # a cancelled workflow stays cancelled; only this job runs again
-    edges = m.WorkflowEdge.objects.using(using)
     # Every node cancelled, directly or not, because of this one.
     cancelled: set[uuid.UUID] = set()
     level = {job_id}
@@ -1083,13 +1119,20 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
     # it, and that upstream is about to run again. Written now, as it used to be at
     # the completion, so its next completion leaves it (state ``met``) and a reader
     # does not take it for open. Only a released dependent's: the others reopen.
-    edges.filter(upstream_id__in=list(back), sole=True, state=m.EdgeState.OPEN).exclude(
-        downstream_id__in=unreleased
-    ).update(state=m.EdgeState.MET)
+    _write_sole_met(edges.exclude(downstream_id__in=unreleased), back)
     edges.filter(upstream_id__in=list(back), downstream_id__in=unreleased).update(
         state=m.EdgeState.OPEN
     )
     return sorted(back - {job_id})
+
+
+def _write_sole_met(edges: Any, ups: Iterable[uuid.UUID]) -> None:
+    """Write ``met`` the sole edges leaving ``ups`` (finished nodes about to live again)
+    that are stored open: a finished upstream's sole edge is written unmet, or left
+    open because its outcome met it (``_mark_edges``)."""
+    edges.filter(upstream_id__in=list(ups), sole=True, state=_models().EdgeState.OPEN).update(
+        state=_models().EdgeState.MET
+    )
 
 
 def edge_states(

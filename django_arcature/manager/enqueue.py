@@ -323,6 +323,35 @@ class EnqueueWrites(JobWriter):
 
         transaction.on_commit(send, using=using)
 
+    def enqueue_stored_name(self, task_name: str, *, args: Sequence[Any] = ()) -> Job:
+        """Insert a pending job of ``task_name`` even if this process cannot run it.
+
+        For names stored long before they are enqueued (a batch's callbacks), where
+        a refusal would come too late to help anyone: raised inside the completion
+        that fires the callback, it would abort that completion on every worker
+        that claims the member again. The row goes in with only its JSON checked;
+        the worker that claims it dead-letters an unknown name, or arguments its
+        handler refuses, with the reason, where an operator can requeue it once
+        the deploy is fixed.
+        """
+        row, statements = self._build(
+            task_name,
+            args=args,
+            kwargs=None,
+            queue=None,
+            priority=None,
+            delay=None,
+            run_at=None,
+            max_attempts=None,
+            unique_key=None,
+            backend="",
+            checked=False,
+        )
+        using = self.db
+        _retry_on_lock_conflict(using, lambda: insert_row(row, using, statements))
+        self._announce_enqueued([row], using)
+        return self._run_eagerly([row])[0]
+
     def _run_eagerly(self, jobs: list[Job]) -> list[Job]:
         """With ``ARCATURE = {"EAGER": True}``, run each new job now, in this process.
 
@@ -353,6 +382,7 @@ class EnqueueWrites(JobWriter):
         max_attempts: int | None,
         unique_key: str | None,
         backend: str,
+        checked: bool | None = None,
     ) -> tuple[Job, RowStatements | None]:
         """Validate everything about one job and build its row (unsaved); with the
         kept INSERTs for rows built like it, if it may use them."""
@@ -371,6 +401,7 @@ class EnqueueWrites(JobWriter):
             max_attempts=max_attempts,
             unique_key=unique_key,
             backend=backend,
+            checked=checked,
         )
         return rows[0], statements
 
@@ -387,6 +418,7 @@ class EnqueueWrites(JobWriter):
         unique_key: str | None,
         backend: str,
         single: bool = False,
+        checked: bool | None = None,
     ) -> tuple[list[Job], tuple[str, ...], RowStatements | None]:
         """:meth:`_prepare_rows` with every row made an instance (unsaved)."""
         rows, varying, statements = self._prepare_rows(
@@ -400,6 +432,7 @@ class EnqueueWrites(JobWriter):
             unique_key=unique_key,
             backend=backend,
             single=single,
+            checked=checked,
         )
         return (rows.all() if isinstance(rows, BulkRows) else rows), varying, statements
 
@@ -416,6 +449,7 @@ class EnqueueWrites(JobWriter):
         unique_key: str | None,
         backend: str,
         single: bool = False,
+        checked: bool | None = None,
     ) -> tuple[list[Job] | BulkRows, tuple[str, ...], RowStatements | None]:
         """Validate every item's arguments, then the options once, and build the rows (unsaved).
 
@@ -428,7 +462,8 @@ class EnqueueWrites(JobWriter):
         ``single``, the kept INSERTs of rows built like these (None when a
         ``pre_init``/``post_init`` receiver could have changed a value).
         """
-        checked = not backend
+        if checked is None:
+            checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)
         conf = get_settings()
         limit = conf.max_payload_bytes

@@ -145,18 +145,26 @@ class OperatorWrites(JobWriter):
         )
 
     def prune(self, older_than: timedelta, statuses: Sequence[str] | None = None) -> int:
-        """Delete finished jobs (succeeded and cancelled by default) older than ``older_than``."""
+        """Delete finished jobs (succeeded and cancelled by default) older than ``older_than``.
+
+        Through the retention sweep's deletes (``arcature_prune``), so this keeps what
+        that keeps: the jobs of a workflow still running, whose results its
+        dependents' ``upstream()`` reads and whose edges decide what runs next. With
+        the jobs it deletes go their workflow node and edge rows, and a finished
+        workflow or batch left without nodes.
+        """
+        from django_arcature.retention.prune import prune as prune_by_rules
+        from django_arcature.retention.rules import FINISHED, PruneRule
+
         statuses = list(statuses or (JobStatus.SUCCEEDED, JobStatus.CANCELLED))
-        if set(statuses) & {JobStatus.PENDING, JobStatus.RUNNING}:
-            raise ValueError("prune deletes finished jobs only")
+        if not set(statuses) <= set(FINISHED):
+            raise ValueError(f"prune deletes finished jobs only ({', '.join(FINISHED)})")
         if not isinstance(older_than, timedelta):
             raise TypeError(f"older_than must be a timedelta, not {older_than!r}")
-        # The cutoff on the database's clock, which stamped finished_at.
-        cutoff = DatabaseNow(-older_than.total_seconds())
-        deleted, _ = (
-            self.using(self.db).filter(status__in=statuses, finished_at__lt=cutoff).delete()
-        )
-        return deleted
+        rules = [
+            PruneRule(status=status, older_than=older_than) for status in dict.fromkeys(statuses)
+        ]
+        return sum(result.deleted for result in prune_by_rules(rules, self.db))
 
 
 def _new_life_fields() -> dict[str, Any]:

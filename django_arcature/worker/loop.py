@@ -33,7 +33,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError
 from django.db import connections as db_connections
 
 from django_arcature import registry
-from django_arcature.conf import get_settings
+from django_arcature.conf import configured, get_settings
 from django_arcature.context import JobContext
 from django_arcature.db import ClaimedJob
 from django_arcature.hints import HintReceiver
@@ -64,8 +64,9 @@ __all__ = ["EXIT_TOO_MANY_ABANDONED_THREADS", "Worker", "WorkerStats", "default_
 
 #: Jobs shorter than this (moving average) let the worker claim ahead of its threads.
 FAST_JOB_SECONDS = 0.05
-#: With ``BATCH_SIZE_MAX`` left at None, a worker whose batch is the default grows its
-#: claims up to this many batches under a backlog of short jobs (Worker._grow_claim).
+#: With ``BATCH_SIZE_MAX`` left at None, a worker whose batch nobody chose (no
+#: ``BATCH_SIZE`` setting, no ``batch`` argument) grows its claims up to this many
+#: batches under a backlog of short jobs (Worker._grow_claim).
 CLAIM_GROWTH = 4
 #: Longest pause between tries while the database is unreachable.
 MAX_FAULT_PAUSE = 5.0
@@ -224,7 +225,8 @@ class Worker(HandlerThreads):
             raise ValueError("concurrency, batch and lease must be at least 1; poll above 0")
         if batch_max is not None and batch_max < 1:
             raise ValueError("batch_max must be at least 1")
-        self.batch_max = self._largest_claim(batch_max)
+        chosen = bool(batch) or configured("BATCH_SIZE")
+        self.batch_max = self._largest_claim(batch_max, chosen=chosen)
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ValueError("max_jobs must be at least 1")
 
@@ -281,18 +283,20 @@ class Worker(HandlerThreads):
         self._last_fault = ""
         self._health = self._open_health_file(health_file)
 
-    def _largest_claim(self, batch_max: int | None) -> int:
+    def _largest_claim(self, batch_max: int | None, *, chosen: bool) -> int:
         """The most one claim may take once grown (at least ``batch``; see _grow_claim).
 
         ``batch_max``, else ``BATCH_SIZE_MAX``; when neither is given, ``CLAIM_GROWTH``
-        batches if the batch is the default one, else the batch itself: a project or
-        ``--batch`` that chose another size keeps claims of exactly that size.
+        batches unless the batch was ``chosen``, else the batch itself. A batch set by
+        ``ARCATURE["BATCH_SIZE"]`` or ``batch``/``--batch`` is a ceiling, even when its
+        value is the default's: the project asked for that size, and a claim four
+        times larger holds four times the jobs (and leases) it planned for.
         """
-        from django_arcature.conf import DEFAULTS, MAX_BATCH_SIZE
+        from django_arcature.conf import MAX_BATCH_SIZE
 
         largest = batch_max if batch_max is not None else self.conf.batch_size_max
         if largest is None:
-            growth = CLAIM_GROWTH if self.batch == DEFAULTS["BATCH_SIZE"] else 1
+            growth = 1 if chosen else CLAIM_GROWTH
             largest = min(self.batch * growth, MAX_BATCH_SIZE)
         return max(largest, self.batch)
 

@@ -2,7 +2,7 @@
 
 Most of a claim's cost is per statement, so a worker whose claims keep coming back
 full doubles the next one, up to ``batch_max`` (``ARCATURE["BATCH_SIZE_MAX"]``;
-by default four batches when the batch is the default one, else the batch itself).
+by default four batches when no batch size was set, else the batch itself).
 A claim that comes back short, or slow jobs, bring it back to the batch. The worker
 here is never run: its claims are made one by one, with no handler thread to take
 the jobs, so what each claim asked for and what it held is a fact, not a timing.
@@ -10,9 +10,12 @@ the jobs, so what each claim asked for and what it held is a fact, not a timing.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.test import override_settings
 
 from django_arcature.models import Job, JobStatus
@@ -101,6 +104,35 @@ def test_the_bound_follows_the_batch_and_the_settings() -> None:
     assert Worker(duties=False, batch=5, batch_max=12).batch_max == 12
     with pytest.raises(ValueError, match="batch_max"):
         Worker(duties=False, batch_max=0)
+
+
+def test_a_batch_set_to_the_default_value_is_a_ceiling_too() -> None:
+    """``BATCH_SIZE = 50`` written out, or ``--batch 50``, is a choice of that size:
+    claims stay at 50. Only a batch nobody set grows (to ``CLAIM_GROWTH`` batches)."""
+    with override_settings(ARCATURE={"BATCH_SIZE": 50}):
+        assert Worker(duties=False).batch_max == 50
+        assert Worker(duties=False, batch_max=120).batch_max == 120  # a bound is a bound
+    with override_settings(ARCATURE={"BATCH_SIZE": 50, "BATCH_SIZE_MAX": None}):
+        assert Worker(duties=False).batch_max == 50
+    assert Worker(duties=False, batch=50).batch_max == 50
+    with override_settings(ARCATURE={"CONCURRENCY": 2}):  # other keys set: still the default
+        assert Worker(duties=False).batch_max == 50 * CLAIM_GROWTH
+    with override_settings(ARCATURE={}):
+        assert Worker(duties=False).batch_max == 50 * CLAIM_GROWTH
+
+
+@pytest.mark.parametrize(
+    ("args", "said"), [((), "batch 50 (up to 200),"), (("--batch", "50"), "batch 50,")]
+)
+def test_arcature_worker_grows_only_without_batch(
+    args: tuple[str, ...], said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The command passes ``--batch`` on: given, even as 50, it is the ceiling."""
+    with caplog.at_level(logging.INFO, logger="django_arcature.worker"):
+        call_command("arcature_worker", "--burst", "--no-listen", *args, stdout=StringIO())
+    started = [r.getMessage() for r in caplog.records if " started: " in r.getMessage()]
+    assert len(started) == 1, started
+    assert said in started[0], started
 
 
 class _RecordingWorker(Worker):

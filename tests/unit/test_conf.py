@@ -9,7 +9,13 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from django_arcature.conf import DEFAULTS, MAX_LEASE_SECONDS, ArcatureSettings, get_settings
+from django_arcature.conf import (
+    DEFAULTS,
+    MAX_LEASE_SECONDS,
+    ArcatureSettings,
+    configured,
+    get_settings,
+)
 from django_arcature.conf import validate as validate_settings
 from django_arcature.core.retry import MAX_DELAY_SECONDS
 
@@ -167,6 +173,18 @@ def test_get_settings_merges_over_the_defaults() -> None:
     assert conf.lease_seconds == 7
     assert conf.default_queue == "mail"
     assert conf.batch_size == DEFAULTS["BATCH_SIZE"]
+
+
+def test_configured_tells_a_key_set_to_its_default_from_one_left_out() -> None:
+    """The snapshot cannot: ``BATCH_SIZE = 50`` and no ``BATCH_SIZE`` read the same there."""
+    with override_settings(ARCATURE={"BATCH_SIZE": DEFAULTS["BATCH_SIZE"]}):
+        assert configured("BATCH_SIZE")
+        assert not configured("BATCH_SIZE_MAX")
+        assert get_settings().batch_size == DEFAULTS["BATCH_SIZE"]
+    with override_settings(ARCATURE={"LEASE_SECONDS": 7}):
+        assert not configured("BATCH_SIZE")
+    with override_settings(ARCATURE=None):
+        assert not configured("BATCH_SIZE")
 
 
 def test_get_settings_reads_the_setting_each_time() -> None:
