@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,6 +34,7 @@ from django_arcature import signals
 from django_arcature.conf import ArcatureSettings, get_settings
 from django_arcature.db import Driver, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.db.base import MemberRow, MemberTable
 from django_arcature.db.budget import (
     CHUNK_TARGET_BYTES,
     ROW_OVERHEAD_BYTES,
@@ -375,9 +376,10 @@ class CompletionWrites(JobWriter):
             max_bytes = min(
                 CHUNK_TARGET_BYTES, statement_budget(self.db) - STATEMENT_OVERHEAD_BYTES
             )
-            # Which landed jobs are workflow or batch members, where the driver's
-            # statement can say (None: it cannot, so every landed job is looked up).
-            members: set[uuid.UUID] | None = set()
+            # Which landed jobs are workflow or batch members, with their node rows,
+            # where the driver's statement can say (None: it cannot, so every landed
+            # job is looked up).
+            members: dict[uuid.UUID, MemberRow] | None = {}
             for items in groups.values():
                 for chunk in _distinct_jobs(items, driver.BATCH_COMPLETION_ROWS, max_bytes):
                     rows = [
@@ -387,7 +389,10 @@ class CompletionWrites(JobWriter):
                         self.model, rows, _member_table()
                     )
                     landed.update(item.key for item in chunk if item.key[0] in changed)
-                    members = None if members is None or in_chunk is None else members | in_chunk
+                    if members is not None and in_chunk is not None:
+                        members.update(in_chunk)
+                    else:
+                        members = None
             self._settle_dependents(prepared, landed, members)
         if watch and (members is None or any(key[0] not in members for key in landed)):
             _members_last[self.db] = False
@@ -397,14 +402,15 @@ class CompletionWrites(JobWriter):
         self,
         prepared: Sequence[_Prepared],
         landed: set[ClaimKey],
-        members: set[uuid.UUID] | None = None,
+        members: Mapping[uuid.UUID, MemberRow] | None = None,
     ) -> None:
         """Workflow hook: release or cancel what waited on the landed completions, in
         this transaction (``manager.dependencies``). A fenced-out write releases nothing.
 
         ``members``, when the completion's own statement said which landed jobs are
-        workflow or batch members, limits the hook to those: with none (a batch of
-        plain jobs, the usual drain) it costs no statement at all.
+        workflow or batch members (with their node rows), limits the hook to those:
+        with none (a batch of plain jobs, the usual drain) it costs no statement at
+        all, and with some it settles them without reading their nodes again.
         """
         finished = [
             (item.key[0], item.completion.kind)
@@ -412,7 +418,7 @@ class CompletionWrites(JobWriter):
             if item.key in landed and (members is None or item.key[0] in members)
         ]
         if finished:
-            settle_completions(self.db, self.model, finished)
+            settle_completions(self.db, self.model, finished, members)
 
     def _write_isolated(
         self, prepared: Sequence[_Prepared]
@@ -519,14 +525,15 @@ _members_last: dict[str, bool] = {}
 
 
 @functools.cache
-def _member_table() -> tuple[str, str]:
-    """The workflow node table and its job id column: a job with a row there is a
-    workflow's or a batch's member, whose completion has dependents to settle."""
-    from django_arcature.workflows.models import WorkflowNode
+def _member_table() -> MemberTable:
+    """The workflow node table, its job id column and the workflow run table: a job
+    with a row in the first is a workflow's or a batch's member, whose completion
+    has dependents to settle (the run holds its workflow's node count)."""
+    from django_arcature.workflows.models import WorkflowNode, WorkflowRun
 
     column = WorkflowNode._meta.get_field("job_id").column
     assert column is not None  # a concrete field
-    return WorkflowNode._meta.db_table, column
+    return WorkflowNode._meta.db_table, column, WorkflowRun._meta.db_table
 
 
 def _replaced(
