@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connections, transaction
@@ -90,7 +91,21 @@ def test_a_finished_workflow_and_batch_are_pruned_with_their_jobs() -> None:
     assert rows(wid(kept)) == {"runs": 1, "nodes": 4, "edges": 4, "counters": 4}
 
 
-def test_a_live_workflow_keeps_its_finished_nodes_until_it_finishes() -> None:
+def _sweep() -> int:
+    return sum(result.deleted for result in prune(RULES, "default"))
+
+
+def _manager_prune() -> int:
+    return Job.objects.prune(
+        older_than=timedelta(days=7), statuses=["succeeded", "cancelled", "dead"]
+    )
+
+
+@pytest.mark.parametrize("pruner", [_sweep, _manager_prune], ids=["sweep", "Job.objects.prune"])
+def test_a_live_workflow_keeps_its_finished_nodes_until_it_finishes(pruner: Any) -> None:
+    """Both ways to prune: ``Job.objects.prune()`` (the documented call for a cron of
+    one's own) deleted a live workflow's finished nodes and left their node and edge
+    rows behind, so the dependent's ``upstream()`` lost its results."""
     flow, (a, b, c, d) = diamond()
     succeed(a.job_id)
     succeed(b.job_id)
@@ -99,8 +114,7 @@ def test_a_live_workflow_keeps_its_finished_nodes_until_it_finishes() -> None:
     plain_token = claim(plain.pk)
     assert Job.objects.mark_succeeded(plain.pk, plain_token, None) is ClaimTransition.UPDATED
     age(plain.pk)
-    [result, *_] = prune(RULES, "default")
-    assert result.deleted == 1  # the plain job only
+    assert pruner() == 1  # the plain job only
     assert rows(wid(flow)) == {"runs": 1, "nodes": 4, "edges": 4, "counters": 4}
     succeed(c.job_id)
     token = claim(d.job_id)
@@ -108,7 +122,7 @@ def test_a_live_workflow_keeps_its_finished_nodes_until_it_finishes() -> None:
     assert set(upstream_results(d.job_id)) == {b.name, c.name}
     assert Job.objects.mark_succeeded(d.job_id, token, None) is ClaimTransition.UPDATED
     age_all()
-    prune(RULES, "default")
+    assert pruner() == 4
     assert rows(wid(flow)) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
 
 
@@ -264,28 +278,6 @@ def test_a_prune_racing_a_requeue_that_resumes_a_finished_workflow(order: str) -
     for kid in Job.objects.filter(id__in=kids, status="pending"):
         succeed(kid.pk)
     assert outcome(flow) == "succeeded"
-
-
-def test_the_manager_prune_keeps_a_live_workflow_as_the_sweep_does() -> None:
-    """``Job.objects.prune()`` (the documented call for a cron of one's own) deleted a
-    live workflow's finished nodes and left their node and edge rows behind: the
-    dependent's ``upstream()`` lost its results and a released edge read open."""
-    flow, (a, b, c, d) = diamond()
-    succeed(a.job_id)
-    succeed(b.job_id)
-    age(a.job_id, b.job_id)
-    plain = Job.objects.enqueue("tests.noop")
-    assert Job.objects.mark_succeeded(plain.pk, claim(plain.pk), None) is ClaimTransition.UPDATED
-    age(plain.pk)
-    assert Job.objects.prune(older_than=timedelta(days=7)) == 1  # the plain job only
-    assert rows(wid(flow)) == {"runs": 1, "nodes": 4, "edges": 4, "counters": 4}
-    succeed(c.job_id)
-    token = claim(d.job_id)
-    assert set(upstream_results(d.job_id)) == {b.name, c.name}
-    assert Job.objects.mark_succeeded(d.job_id, token, None) is ClaimTransition.UPDATED
-    age_all()
-    assert Job.objects.prune(older_than=timedelta(days=7)) == 4
-    assert rows(wid(flow)) == {"runs": 0, "nodes": 0, "edges": 0, "counters": 0}
 
 
 def test_the_manager_prune_refuses_what_is_not_finished() -> None:
