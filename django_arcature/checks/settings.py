@@ -105,6 +105,10 @@ def check_databases(
     return database_messages(settings.DATABASES, sqlite3.sqlite_version_info)
 
 
+#: The name Django's SQLite test creation gives an in-memory test database.
+_TEST_MEMORY_DB = "file:memorydb_%(alias)s?mode=memory&cache=shared"
+
+
 def database_messages(
     databases: Mapping[str, Mapping[str, Any]], sqlite_version: tuple[int, ...]
 ) -> list[checks.CheckMessage]:
@@ -115,7 +119,13 @@ def database_messages(
         if not engine.endswith("sqlite3"):
             continue
         name = str(config.get("NAME", ""))
-        if name in (":memory:", "") or "mode=memory" in name:
+        if name == _TEST_MEMORY_DB % {"alias": alias}:
+            # Django's test runner put its in-memory test database there (it does for
+            # any SQLite alias without TEST["NAME"]) and runs the checks afterwards:
+            # every `manage.py test` of a correct project would warn, and no worker
+            # process runs against a test database anyway.
+            pass
+        elif name in (":memory:", "") or "mode=memory" in name:
             messages.append(
                 checks.Warning(
                     _(

@@ -135,3 +135,18 @@ def test_database_checks_run_with_a_plain_manage_py_check() -> None:
     ours = [c for c in registered if c is arcature_checks.check_databases]
     assert ours
     assert "database" not in getattr(ours[0], "tags", ())
+
+
+def test_the_test_runners_in_memory_database_is_not_a_warning() -> None:
+    """`manage.py test` on SQLite puts Django's in-memory test database in DATABASES
+    and then runs the checks: a new project's every test run warned W001."""
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    for alias in ("default", "jobs"):
+        wrapper = DatabaseWrapper({"NAME": "db.sqlite3", "TEST": {"NAME": None}}, alias=alias)
+        test_name = wrapper.creation._get_test_db_name()
+        assert "mode=memory" in test_name  # what Django's runner uses when TEST NAME is unset
+        assert database_messages({alias: {**FILE_IMMEDIATE, "NAME": test_name}}, MODERN) == []
+        # Another alias's name, or one written in settings, still warns.
+        other = {"other": {**FILE_IMMEDIATE, "NAME": test_name}}
+        assert ids(database_messages(other, MODERN)) == ["arcature.W001"]
