@@ -32,7 +32,8 @@ def test_eager_enqueue_returns_the_finished_result() -> None:
         5,
         1,
     )
-    assert result.is_finished and result.finished_at is not None
+    assert result.is_finished
+    assert result.finished_at is not None
     assert result.task is tasks.add
 
 

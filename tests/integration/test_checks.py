@@ -144,7 +144,7 @@ def test_the_test_runners_in_memory_database_is_not_a_warning() -> None:
 
     for alias in ("default", "jobs"):
         wrapper = DatabaseWrapper({"NAME": "db.sqlite3", "TEST": {"NAME": None}}, alias=alias)
-        test_name = wrapper.creation._get_test_db_name()
+        test_name = wrapper.creation._get_test_db_name()  # type: ignore[attr-defined]
         assert "mode=memory" in test_name  # what Django's runner uses when TEST NAME is unset
         assert database_messages({alias: {**FILE_IMMEDIATE, "NAME": test_name}}, MODERN) == []
         # Another alias's name, or one written in settings, still warns.
