@@ -29,19 +29,56 @@ DEFAULT_URL = "postgres://arcature:arcature@127.0.0.1:5432/" + os.environ.get(
 )
 
 
-def measure(jobs: int, batch: int, flush: int) -> dict[str, Any]:
-    """Enqueue ``jobs``, then claim and complete them all; CPU µs per job of each step."""
+def measure(
+    jobs: int, batch: int, flush: int, kind: str = "plain", profile: str = ""
+) -> dict[str, Any]:
+    """Enqueue ``jobs``, then claim and complete them all; CPU µs per job of each step.
+
+    ``kind`` "batch": the jobs are the members of one batch with an ``on_success``
+    callback (the callback is enqueued by the last write, and not run). ``profile``:
+    a file for the cProfile statistics of the completion writes alone.
+    """
+    import cProfile
+
     from django.db import connection
 
     from django_arcature import registry
+    from django_arcature.bench.measure import _backend_cpu
     from django_arcature.models import Job
     from django_arcature.transitions import Completion
 
     registry.autodiscover()
+    from django_arcature.workflows.models import BatchCounter, BatchRun, WorkflowNode
+
     with connection.cursor() as cursor:
-        verb = "DELETE FROM" if connection.vendor == "sqlite" else "TRUNCATE TABLE"
-        cursor.execute(f"{verb} {connection.ops.quote_name(Job._meta.db_table)}")
-    Job.objects.enqueue_many("bench.noop", [()] * jobs, queue="default")
+        for model in (WorkflowNode, BatchCounter, BatchRun, Job):  # referencing ones first
+            cursor.execute(f"DELETE FROM {connection.ops.quote_name(model._meta.db_table)}")
+    if kind == "batch":
+        from benchmarks.benchapp.jobs import batch_done, noop
+        from django_arcature import Batch
+
+        group = Batch(on_success=batch_done, name="drain steps")
+        for _ in range(jobs):
+            group.add(noop)
+        group.enqueue()
+    else:
+        Job.objects.enqueue_many("bench.noop", [()] * jobs, queue="default")
+    profiler = cProfile.Profile(time.process_time) if profile else None  # CPU, not waits
+    statements = 0
+    # The server's side of the writes: the CPU of this connection's backend (PostgreSQL,
+    # a backend on this machine), read around each write.
+    backend = None
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = int(cursor.fetchone()[0])
+    server_cpu = 0.0
+
+    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal statements
+        statements += 1
+        return execute(sql, params, many, context)
+
     claim_cpu = write_cpu = 0.0
     waiting: list[Completion] = []
     writes = 0
@@ -50,15 +87,25 @@ def measure(jobs: int, batch: int, flush: int) -> dict[str, Any]:
     options = {"plain_alone": True} if "plain_alone" in accepted else {}
 
     def write(completions: list[Completion]) -> None:
-        nonlocal write_cpu, writes
+        nonlocal write_cpu, writes, server_cpu
+        server_before = _backend_cpu(backend) if backend is not None else None
         started = time.process_time()
-        Job.objects.write_completions(completions, **options)
+        if profiler is not None:
+            profiler.enable()
+        with connection.execute_wrapper(count):
+            Job.objects.write_completions(completions, **options)
+        if profiler is not None:
+            profiler.disable()
         write_cpu += time.process_time() - started
         writes += 1
+        server_after = _backend_cpu(backend) if backend is not None else None
+        if server_before is not None and server_after is not None:
+            server_cpu += server_after - server_before
 
     while True:
         started = time.process_time()
         claimed = Job.objects.claim("drain-steps", 30, batch, queues=["default"])
+        claimed = [job for job in claimed if job.task_name == "bench.noop"]  # not a callback
         claim_cpu += time.process_time() - started
         if not claimed:
             break
@@ -70,14 +117,22 @@ def measure(jobs: int, batch: int, flush: int) -> dict[str, Any]:
             waiting = waiting[flush:]
     if waiting:
         write(waiting)
+    if profiler is not None:
+        profiler.dump_stats(profile)
     return {
         "vendor": connection.vendor,
+        "kind": kind,
         "jobs": jobs,
         "batch": batch,
         "flush": flush,
         "writes": writes,
+        # Django-level executes (a multi-statement query counts once: one round trip).
+        "executes_per_write": round(statements / max(writes, 1), 2),
         "claim_cpu_us_per_job": round(claim_cpu * 1e6 / jobs, 1),
         "completion_cpu_us_per_job": round(write_cpu * 1e6 / jobs, 1),
+        "completion_server_cpu_us_per_job": round(server_cpu * 1e6 / jobs, 1)
+        if backend is not None
+        else None,
         "load": " ".join(Path("/proc/loadavg").read_text().split()[:3])
         if Path("/proc/loadavg").exists()
         else None,
@@ -89,6 +144,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=50, help="jobs per claim")
     parser.add_argument("--flush", type=int, default=100, help="completions per write")
+    parser.add_argument("--kind", choices=("plain", "batch"), default="plain")
+    parser.add_argument("--profile", default="", help="cProfile statistics of the writes, to")
     parser.add_argument("--url", default=DEFAULT_URL, help="the benchmark's database")
     options = parser.parse_args()
     os.environ["DATABASE_URL"] = options.url
@@ -102,7 +159,12 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    print(json.dumps(measure(options.jobs, options.batch, options.flush)), flush=True)
+    print(
+        json.dumps(
+            measure(options.jobs, options.batch, options.flush, options.kind, options.profile)
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -270,3 +270,13 @@ def _close_wait_listeners() -> Any:
     module = sys.modules.get("django_arcature.workflows.done_listener")
     if module is not None:
         module.close_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_flush_history() -> None:
+    """Each test's first ``plain_alone`` flush tries the plain jobs' statement: a flush of
+    members only in an earlier test would otherwise send it straight to the members'
+    transaction (``completions._members_last``, a hint kept per process)."""
+    module = sys.modules.get("django_arcature.manager.completions")
+    if module is not None:
+        module._members_last.clear()

@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 #: ``(job_id, claim_token, fields)`` for one row of a batched fenced completion.
 CompletionRow = tuple[uuid.UUID, uuid.UUID, dict[str, Any]]
 
+#: The tables that say which jobs are workflow or batch members, unquoted: (node table,
+#: its job id column, workflow run table). A member's completion settles something.
+MemberTable = tuple[str, str, str]
+
+#: What settling a member's completion needs of its node, read by the completion's own
+#: statement where it can: (job id, has dependents, batch id, workflow id, the
+#: workflow's node count).
+MemberRow = tuple[uuid.UUID, bool, uuid.UUID | None, uuid.UUID | None, int | None]
+
 #: Given a claim-token value (or SQL expression), the fields of the claimed transition.
 ClaimedFields = Callable[[Any], dict[str, Any]]
 
@@ -126,11 +135,12 @@ class Driver:
         raise NotImplementedError
 
     def complete_batch_members(
-        self, model: Any, rows: Sequence[CompletionRow], members: tuple[str, str]
-    ) -> tuple[set[uuid.UUID], set[uuid.UUID] | None]:
-        """:meth:`complete_batch`, and which changed jobs have a row in ``members``
-        (table, job id column), or None where the statement cannot say: the caller
-        then looks them up itself. Lets a batch of plain jobs skip that look-up."""
+        self, model: Any, rows: Sequence[CompletionRow], members: MemberTable
+    ) -> tuple[set[uuid.UUID], dict[uuid.UUID, MemberRow] | None]:
+        """:meth:`complete_batch`, and which changed jobs have a row in ``members``,
+        with that row (``MemberRow``), or None where the statement cannot say: the
+        caller then looks them up itself. Lets a batch of plain jobs skip that
+        look-up, and a batch of members settle without reading its nodes again."""
         return self.complete_batch(model, rows), None
 
     def completes_plain_alone(self) -> bool:
@@ -138,7 +148,7 @@ class Driver:
         return False
 
     def complete_plain(
-        self, model: Any, rows: Sequence[CompletionRow], members: tuple[str, str]
+        self, model: Any, rows: Sequence[CompletionRow], members: MemberTable
     ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
         """:meth:`complete_batch` for the rows whose jobs have no row in ``members``, as
         one statement that needs no transaction around it; returns (the ids it changed,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.conf import settings
 from django.db import DatabaseError
 
-from .base import ClaimedFields, CompletionRow, Driver
+from .base import ClaimedFields, CompletionRow, Driver, MemberRow, MemberTable
 from .batch import update_from_json, update_from_json_members, update_plain_from_json
 from .claimed import ClaimedJob
 from .copy_text import ChunkText, copy_text
@@ -96,16 +96,16 @@ class PostgreSQLDriver(Driver):
         return update_from_json(self.connection, model, rows)
 
     def complete_batch_members(
-        self, model: Any, rows: Sequence[CompletionRow], members: tuple[str, str]
-    ) -> tuple[set[uuid.UUID], set[uuid.UUID] | None]:
-        """One statement: the batch's ``RETURNING`` probes ``members`` row by row."""
+        self, model: Any, rows: Sequence[CompletionRow], members: MemberTable
+    ) -> tuple[set[uuid.UUID], dict[uuid.UUID, MemberRow] | None]:
+        """One statement: the batch's ``RETURNING`` reads each row's node (``members``)."""
         return update_from_json_members(self.connection, model, rows, members)
 
     def completes_plain_alone(self) -> bool:
         return True
 
     def complete_plain(
-        self, model: Any, rows: Sequence[CompletionRow], members: tuple[str, str]
+        self, model: Any, rows: Sequence[CompletionRow], members: MemberTable
     ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
         """One statement: the batch's plain jobs written, its members named."""
         return update_plain_from_json(self.connection, model, rows, members)

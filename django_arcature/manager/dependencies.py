@@ -49,8 +49,11 @@ from django.db import connections, transaction
 from django.db.models import F, Sum
 
 from django_arcature.db import DatabaseNow
+from django_arcature.db.base import MemberRow
 from django_arcature.db.claimed import as_uuid
 from django_arcature.states import JobStatus
+
+from .keyed import keyed_id_list
 
 if TYPE_CHECKING:
     from django_arcature.models import Job
@@ -86,25 +89,42 @@ def _models() -> Any:
 
 
 def settle_completions(
-    using: str, model: type[Job], finished: Iterable[tuple[uuid.UUID, str]]
+    using: str,
+    model: type[Job],
+    finished: Iterable[tuple[uuid.UUID, str]],
+    nodes: Mapping[uuid.UUID, MemberRow] | None = None,
 ) -> None:
-    """Settle the dependents of landed completions (``kind`` "succeeded"/"dead"/"retry")."""
+    """Settle the dependents of landed completions (``kind`` "succeeded"/"dead"/"retry").
+
+    ``nodes``: the node rows of the finished jobs that are members, when the
+    completion's own statement read them (then no job outside it is a member).
+    """
     outcomes = {
         job_id: SUCCEEDED if kind == "succeeded" else FAILED
         for job_id, kind in finished
         if kind in ("succeeded", "dead")
     }
-    settle(using, model, outcomes)
+    settle(using, model, outcomes, nodes)
 
 
-def settle(using: str, model: type[Job], finished: Mapping[uuid.UUID, str]) -> list[uuid.UUID]:
+def settle(
+    using: str,
+    model: type[Job],
+    finished: Mapping[uuid.UUID, str],
+    known: Mapping[uuid.UUID, MemberRow] | None = None,
+) -> list[uuid.UUID]:
     """Release or cancel what waits on ``finished`` (job id → outcome); must run in its transaction.
 
-    Returns the ids of the nodes released (now ``pending``).
+    ``known``: the node rows of those of ``finished`` that are nodes or members,
+    already read (``_finished_nodes`` is their look-up otherwise). Returns the ids
+    of the nodes released (now ``pending``).
     """
     if not finished:
         return []
-    nodes = _finished_nodes(using, list(finished))
+    if known is None:
+        nodes = _finished_nodes(using, list(finished))
+    else:
+        nodes = [known[job_id] for job_id in finished if job_id in known]
     if not nodes:
         return []
     # One pass over the rows: a flush of a wide fan-in's nodes sends 50 here, each
@@ -149,9 +169,7 @@ def settle(using: str, model: type[Job], finished: Mapping[uuid.UUID, str]) -> l
     return released
 
 
-def _finished_nodes(
-    using: str, ids: list[uuid.UUID]
-) -> list[tuple[uuid.UUID, bool, uuid.UUID | None, uuid.UUID | None, int | None]]:
+def _finished_nodes(using: str, ids: list[uuid.UUID]) -> list[MemberRow]:
     """(job id, has dependents, batch, workflow, the workflow's node count) of those of
     ``ids`` that are nodes or batch members.
 
@@ -369,7 +387,11 @@ def _mark_edges(
     connection = connections[using]
     qn = connection.ops.quote_name
     edge = _by_key(connection, qn(m.WorkflowEdge._meta.db_table), "arcature_edge_once")
-    where, params = _id_list(connection, qn("upstream_id"), ups)
+    # By key on PostgreSQL (``keyed``): a flush's few hundred upstreams were read by
+    # a scan of the whole edge table on a workflow's own statistics.
+    where, params = keyed_id_list(connection, qn("upstream_id"), ups) or _id_list(
+        connection, qn("upstream_id"), ups
+    )
     met_by = MET_BY[outcome]
     accepts = f"{qn('when')} IN ({', '.join(['%s'] * len(met_by))})"
     sole_met_here = f"{qn('sole')} AND {accepts}"

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django_arcature import Batch, Workflow
 from django_arcature.models import Job, JobStatus
 from django_arcature.transitions import ClaimTransition, Completion
-from django_arcature.workflows.models import WorkflowNode
+from django_arcature.workflows.models import WorkflowNode, WorkflowRun
 from tests.testapp import workflow_jobs as wf
 
 from .conftest import MakeJobs, fresh
@@ -108,7 +108,7 @@ def test_the_values_form_reports_members_too() -> None:
     for job_id in (member.job_id, plain):
         token = claim_token(job_id)
         rows.append((job_id, token, transition_fields(Completion(job_id, token, "succeeded"))))
-    table = (WorkflowNode._meta.db_table, "job_id")
+    table = (WorkflowNode._meta.db_table, "job_id", WorkflowRun._meta.db_table)
 
     returned = {
         uuid.UUID(str(row[0])): row[1]
