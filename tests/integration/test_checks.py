@@ -150,3 +150,15 @@ def test_the_test_runners_in_memory_database_is_not_a_warning() -> None:
         # Another alias's name, or one written in settings, still warns.
         other = {"other": {**FILE_IMMEDIATE, "NAME": test_name}}
         assert ids(database_messages(other, MODERN)) == ["arcature.W001"]
+
+
+def test_an_in_memory_alias_without_the_job_table_is_not_a_warning() -> None:
+    """docs/howto/jobs-database.md's layout with an in-memory SQLite ``default``: W001
+    said the workers could not see "its jobs", which were on ``jobs``."""
+    memory = {**FILE_IMMEDIATE, "NAME": ":memory:"}
+    server = {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs"}
+    both = {"default": memory, "jobs": server}
+    assert database_messages(both, MODERN, "jobs") == []
+    assert ids(database_messages({"default": server, "jobs": memory}, MODERN, "jobs")) == [
+        "arcature.W001"
+    ]
