@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 from django.core import checks
@@ -155,8 +156,8 @@ def test_the_test_runners_in_memory_database_is_not_a_warning() -> None:
 def test_an_in_memory_alias_without_the_job_table_is_not_a_warning() -> None:
     """docs/howto/jobs-database.md's layout with an in-memory SQLite ``default``: W001
     said the workers could not see "its jobs", which were on ``jobs``."""
-    memory = {**FILE_IMMEDIATE, "NAME": ":memory:"}
-    server = {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs"}
+    memory: dict[str, Any] = {**FILE_IMMEDIATE, "NAME": ":memory:"}
+    server: dict[str, Any] = {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs"}
     both = {"default": memory, "jobs": server}
     assert database_messages(both, MODERN, "jobs") == []
     assert ids(database_messages({"default": server, "jobs": memory}, MODERN, "jobs")) == [
