@@ -102,20 +102,44 @@ def check_databases(
     Whether SQLite's transaction mode suits several writers (W002) is a deployment
     question, asked by ``checks.writers`` where it matters.
     """
-    return database_messages(settings.DATABASES, sqlite3.sqlite_version_info)
+    from django_arcature.conf import job_database
+
+    try:
+        job_alias: str | None = job_database()
+    except Exception:  # invalid ARCATURE settings: E001 reports them; check every alias
+        job_alias = None
+    return database_messages(settings.DATABASES, sqlite3.sqlite_version_info, job_alias)
+
+
+#: The name Django's SQLite test creation gives an in-memory test database.
+_TEST_MEMORY_DB = "file:memorydb_%(alias)s?mode=memory&cache=shared"
 
 
 def database_messages(
-    databases: Mapping[str, Mapping[str, Any]], sqlite_version: tuple[int, ...]
+    databases: Mapping[str, Mapping[str, Any]],
+    sqlite_version: tuple[int, ...],
+    job_alias: str | None = None,
 ) -> list[checks.CheckMessage]:
-    """The check itself, on explicit arguments so tests need not swap out DATABASES."""
+    """The check itself, on explicit arguments so tests need not swap out DATABASES.
+
+    With ``job_alias`` (the job table's, ``ARCATURE["DATABASE"]``), W001 is about that
+    alias only: an in-memory SQLite ``default`` beside jobs on a server of their own
+    hides no job from the workers.
+    """
     messages: list[checks.CheckMessage] = []
     for alias, config in databases.items():
         engine = str(config.get("ENGINE", ""))
         if not engine.endswith("sqlite3"):
             continue
         name = str(config.get("NAME", ""))
-        if name in (":memory:", "") or "mode=memory" in name:
+        if name == _TEST_MEMORY_DB % {"alias": alias} or job_alias not in (None, alias):
+            # Django's test runner put its in-memory test database there (it does for
+            # any SQLite alias without TEST["NAME"]) and runs the checks afterwards:
+            # every `manage.py test` of a correct project would warn, and no worker
+            # process runs against a test database anyway. An alias without the job
+            # table has no jobs for workers to miss.
+            pass
+        elif name in (":memory:", "") or "mode=memory" in name:
             messages.append(
                 checks.Warning(
                     _(

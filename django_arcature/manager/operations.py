@@ -10,6 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from django_arcature import signals
+from django_arcature.core.durations import parse_duration
 from django_arcature.db import DatabaseNow, retry_on_lock_conflict
 from django_arcature.states import ACTIVE_STATUSES, JobStatus
 
@@ -144,8 +145,15 @@ class OperatorWrites(JobWriter):
             .update(available_at=DatabaseNow())
         )
 
-    def prune(self, older_than: timedelta, statuses: Sequence[str] | None = None) -> int:
+    def prune(
+        self, older_than: timedelta | float | str, statuses: Sequence[str] | None = None
+    ) -> int:
         """Delete finished jobs (succeeded and cancelled by default) older than ``older_than``.
+
+        ``older_than`` takes what ``RETENTION`` and ``arcature_prune --older-than`` take:
+        a ``timedelta``, seconds, or ``"14d"``; from zero to 100 years, so a negative
+        age (which would match every finished job) and one past the databases' date
+        range (an error on PostgreSQL, nothing at all elsewhere) are refused alike.
 
         Through the retention sweep's deletes (``arcature_prune``), so this keeps what
         that keeps: the jobs of a workflow still running, whose results its
@@ -159,11 +167,18 @@ class OperatorWrites(JobWriter):
         statuses = list(statuses or (JobStatus.SUCCEEDED, JobStatus.CANCELLED))
         if not set(statuses) <= set(FINISHED):
             raise ValueError(f"prune deletes finished jobs only ({', '.join(FINISHED)})")
-        if not isinstance(older_than, timedelta):
-            raise TypeError(f"older_than must be a timedelta, not {older_than!r}")
-        rules = [
-            PruneRule(status=status, older_than=older_than) for status in dict.fromkeys(statuses)
-        ]
+        if isinstance(older_than, bool) or not isinstance(
+            older_than, timedelta | int | float | str
+        ):
+            raise TypeError(
+                f"older_than must be a timedelta, seconds or a duration such as '14d', "
+                f"not {older_than!r}"
+            )
+        try:
+            age = parse_duration(older_than)
+        except ValueError as exc:
+            raise ValueError(f"prune(older_than=...): {exc}") from None
+        rules = [PruneRule(status=status, older_than=age) for status in dict.fromkeys(statuses)]
         return sum(result.deleted for result in prune_by_rules(rules, self.db))
 
 

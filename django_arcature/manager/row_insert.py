@@ -254,12 +254,29 @@ def _insert_directly(row: Job, using: str, statements: RowStatements | None) -> 
 def _cursor(connection: BaseDatabaseWrapper, cursor_class: type[Any] | None) -> Any:
     """Django's cursor, or (``cursor_class``) one of that class on the same connection,
     opened and wrapped the way ``connection.cursor()`` opens and wraps its own."""
-    if cursor_class is None:
+    if cursor_class is None or _cursor_replaced(connection):
         return connection.cursor()
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
         return connection._prepare_cursor(cursor_class(connection.connection))  # type: ignore[attr-defined]
+
+
+def _cursor_replaced(connection: BaseDatabaseWrapper) -> bool:
+    """Whether something replaced ``cursor()`` on this connection wrapper itself.
+
+    Django's test cases do, for every alias a test does not list in ``databases``
+    (the replacement raises "Database queries to 'jobs' are not allowed in this
+    test"); so do SQL-recording tools. A cursor made around it (kept, or of a
+    preparing class) would slip past them: on an open connection such an INSERT was
+    neither refused nor inside the test's transaction, so the job stayed in the test
+    database and the next test's ``drain()`` ran it. Then the INSERT goes through
+    ``connection.cursor()``, which does what the replacement says. Once a test case
+    has removed its guard the wrapper keeps the class's own method as an attribute
+    (Django puts the bound method back), which is not a replacement.
+    """
+    own = connection.__dict__.get("cursor")
+    return own is not None and getattr(own, "__func__", None) is not type(connection).cursor
 
 
 #: Where a PostgreSQL connection wrapper keeps its single-row INSERT's psycopg cursor.
@@ -285,7 +302,7 @@ def _kept_cursor(connection: BaseDatabaseWrapper, cursor_class: type[Any] | None
     elsewhere an unclosed cursor may keep its statement open (SQLite) or its result
     unread (MySQL).
     """
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or _cursor_replaced(connection):
         return None
     connection.close_if_health_check_failed()
     connection.ensure_connection()

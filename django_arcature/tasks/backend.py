@@ -323,7 +323,7 @@ class ArcatureBackend(BaseTaskBackend):
         job = Job.objects.enqueue(task.module_path, args=args, kwargs=kwargs, **options)
         result = self._enqueued_result(task, job, args, kwargs)
         task_enqueued.send(sender=type(self), task_result=result)
-        return result
+        return self._eager_result(task, job, result)
 
     async def aenqueue[**P, R](
         self, task: Task[P, R], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -337,7 +337,7 @@ class ArcatureBackend(BaseTaskBackend):
         job = await Job.objects.aenqueue(task.module_path, args=args, kwargs=kwargs, **options)
         result = self._enqueued_result(task, job, args, kwargs)
         await task_enqueued.asend(sender=type(self), task_result=result)
-        return result
+        return self._eager_result(task, job, result)
 
     def _enqueue_options(
         self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -356,6 +356,17 @@ class ArcatureBackend(BaseTaskBackend):
             "max_attempts": overrides.max_attempts,
         }
         return stored_args, stored_kwargs, options
+
+    def _eager_result[**P, R](
+        self, task: Task[P, R], job: Any, enqueued: TaskResult[P, R]
+    ) -> TaskResult[P, R]:
+        """With ``ARCATURE["EAGER"]`` the manager has already run the job: describe the
+        row it returned, so ``result.status`` and ``return_value`` say what happened
+        (as ``@job``'s eager enqueue does) instead of a ``READY`` that was never true.
+        The ``task_enqueued`` signal still carried the enqueued view."""
+        if job.status == "pending":
+            return enqueued
+        return result_from_job(job, task)
 
     def _enqueued_result[**P, R](
         self, task: Task[P, R], job: Any, args: Any, kwargs: Any

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 from django.core import checks
@@ -135,3 +136,30 @@ def test_database_checks_run_with_a_plain_manage_py_check() -> None:
     ours = [c for c in registered if c is arcature_checks.check_databases]
     assert ours
     assert "database" not in getattr(ours[0], "tags", ())
+
+
+def test_the_test_runners_in_memory_database_is_not_a_warning() -> None:
+    """`manage.py test` on SQLite puts Django's in-memory test database in DATABASES
+    and then runs the checks: a new project's every test run warned W001."""
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    for alias in ("default", "jobs"):
+        wrapper = DatabaseWrapper({"NAME": "db.sqlite3", "TEST": {"NAME": None}}, alias=alias)
+        test_name = wrapper.creation._get_test_db_name()  # type: ignore[attr-defined]
+        assert "mode=memory" in test_name  # what Django's runner uses when TEST NAME is unset
+        assert database_messages({alias: {**FILE_IMMEDIATE, "NAME": test_name}}, MODERN) == []
+        # Another alias's name, or one written in settings, still warns.
+        other = {"other": {**FILE_IMMEDIATE, "NAME": test_name}}
+        assert ids(database_messages(other, MODERN)) == ["arcature.W001"]
+
+
+def test_an_in_memory_alias_without_the_job_table_is_not_a_warning() -> None:
+    """docs/howto/jobs-database.md's layout with an in-memory SQLite ``default``: W001
+    said the workers could not see "its jobs", which were on ``jobs``."""
+    memory: dict[str, Any] = {**FILE_IMMEDIATE, "NAME": ":memory:"}
+    server: dict[str, Any] = {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs"}
+    both = {"default": memory, "jobs": server}
+    assert database_messages(both, MODERN, "jobs") == []
+    assert ids(database_messages({"default": server, "jobs": memory}, MODERN, "jobs")) == [
+        "arcature.W001"
+    ]
