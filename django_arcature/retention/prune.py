@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 from django.db.models import Exists, OuterRef
@@ -39,6 +39,9 @@ from django.db.models import Exists, OuterRef
 from django_arcature.db import DatabaseNow, now_sql, retry_on_lock_conflict
 
 from .rules import FINISHED, PruneRule
+
+if TYPE_CHECKING:
+    from django_arcature.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +55,23 @@ class PruneResult:
     batches: int
 
 
+def _job_model() -> type[Job]:
+    """The job model, through the app registry: ``Job.objects.prune()`` (the manager,
+    which the model module imports) deletes through this module, so importing the
+    model here would tie the two into a cycle."""
+    from django.apps import apps
+
+    model: type[Job] = apps.get_model("django_arcature", "Job")
+    return model
+
+
 def _check(rule: PruneRule) -> None:
     if rule.status not in FINISHED:
         raise ValueError(f"retention deletes finished jobs only, not {rule.status!r}")
 
 
 def _queryset(rule: PruneRule, using: str) -> Any:
-    from django_arcature.models import Job
+    Job = _job_model()
     from django_arcature.workflows.models import WorkflowNode
 
     live_node = WorkflowNode.objects.using(using).filter(
@@ -83,7 +96,7 @@ def count_prunable(rule: PruneRule, using: str) -> int:
 
 
 def _where(rule: PruneRule, qn: Any, vendor: str) -> tuple[str, list[Any]]:
-    from django_arcature.models import Job
+    Job = _job_model()
     from django_arcature.workflows.models import WorkflowNode, WorkflowRun
 
     cutoff = now_sql(vendor, -rule.older_than.total_seconds())
@@ -108,7 +121,7 @@ def _where(rule: PruneRule, qn: Any, vendor: str) -> tuple[str, list[Any]]:
 
 def prune_batch(rule: PruneRule, using: str, batch: int) -> int:
     """Delete at most ``batch`` rows matching ``rule``; returns how many went."""
-    from django_arcature.models import Job
+    Job = _job_model()
 
     _check(rule)
     connection = connections[using]
@@ -185,7 +198,7 @@ def prune_batch(rule: PruneRule, using: str, batch: int) -> int:
 def prune_workflow_rows(using: str, job_ids: list[Any]) -> None:
     """The node and edge rows of jobs just deleted, then the finished workflows and
     batches left without a node; in the deleting transaction."""
-    from django_arcature.models import Job
+    Job = _job_model()
     from django_arcature.workflows.models import (
         BatchCounter,
         BatchRun,
