@@ -23,28 +23,17 @@ from django_arcature import Workflow
 from django_arcature.manager import dependencies
 from django_arcature.models import Job
 from django_arcature.transitions import ClaimTransition, Completion
-from django_arcature.workflows.models import WorkflowEdge, WorkflowNode
+from django_arcature.workflows.models import WorkflowEdge
 from tests.plans import explained, mysql_tables, pg_nodes
 from tests.testapp import workflow_jobs as wf
+
+from .test_fan_out_release_plan import analyse
 
 # MariaDB's ANALYZE TABLE commits the open transaction: each test leaves a clean table.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 EDGE = WorkflowEdge._meta.db_table
 WIDTH, FLUSH = 2_000, 200
-
-
-def analyse() -> None:
-    with connection.cursor() as cursor:
-        for table in (Job._meta.db_table, EDGE, WorkflowNode._meta.db_table):
-            quoted = connection.ops.quote_name(table)
-            if connection.vendor == "postgresql":
-                cursor.execute(f"ANALYZE {quoted}")
-            elif connection.vendor == "mysql":
-                cursor.execute(f"ANALYZE TABLE {quoted}")
-                cursor.fetchall()
-        if connection.vendor == "sqlite":
-            cursor.execute("ANALYZE")
 
 
 def table_scans(plan: Any, tables: set[str]) -> list[str]:
