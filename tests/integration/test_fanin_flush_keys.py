@@ -17,17 +17,14 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import override_settings
 
-from django_arcature import Workflow
 from django_arcature.manager import dependencies
 from django_arcature.models import Job
 from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.workflows.models import WorkflowEdge
 from tests.plans import explained, mysql_tables, pg_nodes
-from tests.testapp import workflow_jobs as wf
 
-from .test_fan_out_release_plan import analyse
+from .test_fan_out_release_plan import analyse, fan
 
 # MariaDB's ANALYZE TABLE commits the open transaction: each test leaves a clean table.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -60,12 +57,7 @@ def table_scans(plan: Any, tables: set[str]) -> list[str]:
 def test_a_flush_of_fan_in_nodes_reads_nodes_and_edges_by_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with override_settings(ARCATURE={"WORKFLOW_MAX_NODES": WIDTH + 2}):
-        flow = Workflow(f"fan-in of {WIDTH}")
-        root = flow.add(wf.step, "root")
-        middle = [flow.add(wf.step, f"m{i}", after=[root]) for i in range(WIDTH)]
-        flow.add(wf.step, "sink", after=middle)
-        flow.enqueue()
+    root, _middle = fan(WIDTH)
     claimed_root = Job.objects.claim_job(root.job_id, "w1", 60)
     assert claimed_root is not None
     assert (
