@@ -84,6 +84,12 @@ def test_lost_acknowledgements_neither_exceed_the_limit_nor_leak_a_slot(
         what="the first handler to start",
     )
     assert Job.objects.cancel(stuck.pk) == 1
+    # The second worker starts only once the proxied one has lost a completion's
+    # acknowledgement: started at once, it could take every remaining job while the
+    # proxied one is still reconnecting, and the fault under test would never happen.
+    wait_until(
+        completions.fired.is_set, timeout=60, what="a completion's acknowledgement to be lost"
+    )
     direct = start_worker("--concurrency", "2", "--lease", "3", proxied=False)
     wait_until(
         lambda: Job.objects.filter(pk__in=rest, status=JobStatus.SUCCEEDED).count() == 4,
