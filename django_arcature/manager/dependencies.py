@@ -992,7 +992,10 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
         handles = [name for _, name in due]
         # Each callback's job id is stored with fired_at (the admin links them).
         callback_jobs = {
-            column: _enqueue_callback(using, model, batch.id, name) for column, name in due
+            column: _enqueue_callback(
+                using, model, batch.id, name, column.removesuffix("_job_id"), batch.callback_options
+            )
+            for column, name in due
         }
         outcome = m.Outcome.SUCCEEDED if clean else m.Outcome.FAILED
         m.BatchRun.objects.using(using).filter(id=batch.id).update(
@@ -1001,20 +1004,43 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
         logger.info("batch %s finished (%s); enqueued %s", batch.id, counts, handles or "nothing")
 
 
-def _enqueue_callback(using: str, model: type[Job], batch_id: uuid.UUID, name: str) -> uuid.UUID:
-    """The callback's job, also when its handler refuses it now.
+def _enqueue_callback(
+    using: str,
+    model: type[Job],
+    batch_id: uuid.UUID,
+    name: str,
+    role: str,
+    stored: Any,
+) -> uuid.UUID:
+    """The callback's job, with its stored ``.using()`` options, also when its handler
+    refuses it now.
 
     The name was checked when the batch was built; a deploy since may have renamed
     the handler or changed what it takes. Raising here would abort the last
     member's completion, and every worker claiming that member again would stop the
     same way: the callback is stored regardless, and dead-lettered by the worker
-    with the refusal as its reason.
+    with the refusal as its reason. Options refused now (a queue name or priority
+    edited out of range) are dropped with a warning, for the same reason.
     """
     from django_arcature.exceptions import MalformedPayload, UnknownTask
+    from django_arcature.workflows.callback_options import enqueue_options
 
     manager = model.objects.db_manager(using)
+    options = enqueue_options(batch_id, role, stored)
     try:
-        return manager.enqueue(name, args=[str(batch_id)]).pk
+        try:
+            return manager.enqueue(name, args=[str(batch_id)], **options).pk
+        except (ValueError, TypeError) as exc:
+            if not options or isinstance(exc, (UnknownTask, MalformedPayload)):
+                raise
+            logger.warning(
+                "batch %s: callback %r refused its stored options %r (%s); enqueued without them",
+                batch_id,
+                name,
+                options,
+                exc,
+            )
+            return manager.enqueue(name, args=[str(batch_id)]).pk
     except (UnknownTask, MalformedPayload) as exc:
         logger.warning(
             "batch %s: its callback %r is refused by this deploy (%s); it is stored "

@@ -291,6 +291,7 @@ class WorkflowWrites(JobWriter):
         name: str = "",
         on_success: str = "",
         on_finish: str = "",
+        callback_options: Mapping[str, Mapping[str, Any]] | None = None,
         close: bool,
         limit: int,
     ) -> BatchRun:
@@ -302,7 +303,10 @@ class WorkflowWrites(JobWriter):
             with transaction.atomic(using=using):
                 if batch_id is None:
                     batch = m.BatchRun.objects.using(using).create(
-                        name=name, on_success=on_success, on_finish=on_finish
+                        name=name,
+                        on_success=on_success,
+                        on_finish=on_finish,
+                        callback_options=dict(callback_options or {}),
                     )
                     m.BatchCounter.objects.using(using).bulk_create(
                         [

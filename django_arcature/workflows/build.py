@@ -319,6 +319,18 @@ def _callback_name(role: str, task: Any) -> str:
     return name
 
 
+def _callback_options(role: str, task: Any) -> dict[str, Any]:
+    """``callback.using(queue=..., ...)``, kept to be applied when the callback fires."""
+    from .callback_options import stored_options
+
+    if getattr(getattr(task, "options", None), "unique_key", None) is not None:
+        raise WorkflowError(
+            f"Batch({role}=...): a batch callback cannot have its own unique_key; "
+            "it is enqueued once per batch already"
+        )
+    return stored_options(task)
+
+
 class Batch:
     """Jobs that finish together: ``on_success`` runs if none died, ``on_finish`` always.
 
@@ -342,6 +354,11 @@ class Batch:
             raise WorkflowError(f"a batch's name is 0 to 200 characters, not {name!r}")
         self.on_success = _callback_name("on_success", on_success)
         self.on_finish = _callback_name("on_finish", on_finish)
+        self.callback_options = {
+            role: carried
+            for role, task in (("on_success", on_success), ("on_finish", on_finish))
+            if (carried := _callback_options(role, task))
+        }
         self.name = name
         self.using = job_database(using)
         self.id: uuid.UUID | None = None
@@ -389,6 +406,7 @@ class Batch:
             name=self.name,
             on_success=self.on_success,
             on_finish=self.on_finish,
+            callback_options=self.callback_options,
             close=close,
             limit=conf.batch_max_members,
         )

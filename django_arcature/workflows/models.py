@@ -107,6 +107,11 @@ class BatchRun(models.Model):
     name = models.CharField(_("name"), max_length=200, blank=True, default="")
     on_success = models.CharField(_("on success"), max_length=255, blank=True, default="")
     on_finish = models.CharField(_("on finish"), max_length=255, blank=True, default="")
+    #: ``{"on_success": {...}, "on_finish": {...}}``: each callback's ``.using()``
+    #: options (``workflows.callback_options``), applied when it is enqueued.
+    callback_options = models.JSONField(
+        _("callback options"), default=dict, blank=True, editable=False
+    )
     #: Members added so far; written only under the batch row's lock (adding, closing).
     total = models.IntegerField(_("members"), default=0)
     #: Open: members may still be added; the callbacks wait for it to be closed.
