@@ -58,7 +58,9 @@ def prepare_rows(
     ``json_as_text`` renders a driver's JSON parameter as its text (for COPY,
     which takes text, not the driver's wrapper); shared values go through it too.
     """
-    fields = list(model._meta.concrete_fields)
+    # An auto primary key is the database's to assign: left out of the columns.
+    auto = model._meta.auto_field
+    fields = [field for field in model._meta.concrete_fields if field is not auto]
     first = objs[0]
     shared: list[Any] = []
     converters: list[Converter] = []

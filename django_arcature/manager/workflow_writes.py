@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import IntegrityError, transaction
@@ -60,6 +61,22 @@ class NodeRow:
     has_dependents: bool = False
 
 
+def insert_graph_rows(
+    using: str, model: Any, rows: Sequence[SimpleNamespace], *, varying: Collection[str]
+) -> None:
+    """Insert node or edge rows given as plain attribute bags, every column named.
+
+    Through the driver's bulk path (``COPY`` on PostgreSQL, multi-row ``INSERT`` on
+    MariaDB), as the nodes' job rows go, instead of ``bulk_create``: for a
+    10,000-node workflow the ORM's model instances and per-parameter compilation
+    were most of ``Workflow.enqueue()``'s time. Each bag holds every concrete
+    column's ``attname`` (an auto primary key as None, left to the database); the
+    columns outside ``varying`` are taken from the first row, once.
+    """
+    if rows:
+        driver_for(using).insert_rows(model, rows, varying, 1000)
+
+
 def _models() -> Any:
     from django_arcature.workflows import models
 
@@ -105,32 +122,41 @@ class WorkflowWrites(JobWriter):
                     ]
                 )
                 jobs = self._insert_node_jobs(nodes)
-                m.WorkflowNode.objects.using(using).bulk_create(
+                insert_graph_rows(
+                    using,
+                    m.WorkflowNode,
                     [
-                        m.WorkflowNode(
+                        SimpleNamespace(
                             job_id=node.job_id,
                             workflow_id=run.id,
+                            batch_id=None,
                             name=node.name,
                             when=node.when,
                             has_dependents=node.has_dependents,
+                            cancelled_by=None,
                         )
                         for node in nodes
                     ],
-                    batch_size=1000,
+                    varying=("job_id", "name", "when", "has_dependents"),
                 )
-                m.WorkflowEdge.objects.using(using).bulk_create(
+                open_state = m.EdgeState.OPEN
+                insert_graph_rows(
+                    using,
+                    m.WorkflowEdge,
                     [
-                        m.WorkflowEdge(
+                        SimpleNamespace(
+                            id=None,
                             workflow_id=run.id,
                             upstream_id=up,
                             downstream_id=node.job_id,
                             when=node.when,
+                            state=open_state,
                             sole=len(node.after) == 1,
                         )
                         for node in nodes
                         for up in node.after
                     ],
-                    batch_size=1000,
+                    varying=("upstream_id", "downstream_id", "when", "sole"),
                 )
                 self._enqueuer()._announce_enqueued(
                     [job for job in jobs if job.status == JobStatus.PENDING]
@@ -332,12 +358,23 @@ class WorkflowWrites(JobWriter):
                         f"{batch.total + len(members)}"
                     )
                 jobs = self._insert_node_jobs(members)
-                m.WorkflowNode.objects.using(using).bulk_create(
+                default_when = m.When.SUCCEEDED
+                insert_graph_rows(
+                    using,
+                    m.WorkflowNode,
                     [
-                        m.WorkflowNode(job_id=node.job_id, batch_id=batch.id, name=node.name)
+                        SimpleNamespace(
+                            job_id=node.job_id,
+                            workflow_id=None,
+                            batch_id=batch.id,
+                            name=node.name,
+                            when=default_when,
+                            has_dependents=False,
+                            cancelled_by=None,
+                        )
                         for node in members
                     ],
-                    batch_size=1000,
+                    varying=("job_id", "name"),
                 )
                 batch.total += len(members)
                 batch.closed = close
