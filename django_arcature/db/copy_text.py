@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .rows import prepare_rows
@@ -262,6 +263,11 @@ def copy_text(
     return CopyText(columns, lines())
 
 
+#: Field classes (exactly these, no subclass that may convert) whose ``str`` value is
+#: stored unchanged.
+_PLAIN_TEXT_FIELDS: tuple[type[models.Field[Any, Any]], ...] = (models.CharField, models.TextField)
+
+
 class _Renderer:
     """COPY text for a value: psycopg's own text dumper, except for the types an enqueue's
     varying columns hold, whose text is written directly."""
@@ -314,6 +320,24 @@ class _Renderer:
                 return prepared(value)  # None, naive (the field warns), an expression
 
             return datetime_text
+        if type(field) in _PLAIN_TEXT_FIELDS:
+            # A plain CharField/TextField stores a str as it is (a node's name, an
+            # edge's ``when``): the generic path converted each one through the field.
+
+            def str_text(value: Any) -> str:
+                return escape(value) if type(value) is str else prepared(value)
+
+            return str_text
+        if type(field) is models.BooleanField:
+
+            def bool_text(value: Any) -> str:
+                if value is True:
+                    return "t"
+                if value is False:
+                    return "f"
+                return prepared(value)
+
+            return bool_text
         if kind == "JSONField":
             dumps = json_dumps(field, convert)
             if dumps is not None:

@@ -98,3 +98,31 @@ def test_a_refused_node_row_leaves_nothing_of_the_workflow() -> None:
         flow.enqueue()
     after = (Job.objects.count(), WorkflowNode.objects.count(), WorkflowRun.objects.count())
     assert after == before
+
+
+def test_text_with_copy_control_characters_is_stored_as_given() -> None:
+    import uuid
+    from types import SimpleNamespace
+
+    from django_arcature.manager.workflow_writes import insert_graph_rows
+
+    run = WorkflowRun.objects.create(name="escapes", node_count=3)
+    names = ["tab\there", "back\\slash \\N", "new\nline\r", "plain é 字"]
+    rows = [
+        SimpleNamespace(
+            job_id=uuid.uuid4(),
+            workflow_id=run.id,
+            batch_id=None,
+            name=name,
+            when="always",
+            has_dependents=index % 2 == 0,
+            cancelled_by=None,
+        )
+        for index, name in enumerate(names)
+    ]
+    insert_graph_rows("default", WorkflowNode, rows, varying=("job_id", "name", "has_dependents"))
+    stored = {node.job_id: node for node in WorkflowNode.objects.filter(workflow_id=run.id)}
+    assert {row.job_id: (row.name, row.has_dependents) for row in rows} == {
+        job_id: (node.name, node.has_dependents) for job_id, node in stored.items()
+    }
+    assert {node.when for node in stored.values()} == {"always"}
