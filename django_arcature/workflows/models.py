@@ -252,7 +252,9 @@ class WorkflowEdge(models.Model):
         )
 
     def __str__(self) -> str:
-        return f"{self.upstream_id} → {self.downstream_id} ({self.state})"
+        # Not the stored state: a sole edge met by its upstream stays "open" as stored
+        # (``dependencies.edge_states`` gives every edge's state).
+        return f"{self.upstream_id} → {self.downstream_id} (when {self.when})"
 
 
 class JobProgress(models.Model):
