@@ -43,6 +43,12 @@ def _all_done() -> bool:
     return not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists()
 
 
+def _started(proc: WorkerProcess) -> None:
+    """A worker SIGTERMed before its loop has installed the handler dies of it (-SIGTERM):
+    the others may have done all the work while this one was still starting."""
+    wait_until(lambda: " started: " in proc.log or not proc.alive(), what="the worker to start")
+
+
 def test_schedule_fires_exactly_one_job_per_slot_across_workers(
     start_worker: StartWorker,
 ) -> None:
@@ -70,6 +76,7 @@ def test_schedule_fires_exactly_one_job_per_slot_across_workers(
     Schedule.objects.filter(name="every-slot").update(enabled=False)
     wait_until(_all_done, timeout=60, what="every slot's job to finish")
     for proc in procs[1:]:
+        _started(proc)
         proc.signal(signal.SIGTERM)
         assert proc.wait(30) == 0, proc.log
 
@@ -118,6 +125,7 @@ def test_concurrency_limit_holds_across_worker_processes(
     procs = [start_worker("--concurrency", "4") for _ in range(3)]
     wait_until(_all_done, timeout=120, what="the limited jobs to finish")
     for proc in procs:
+        _started(proc)
         proc.signal(signal.SIGTERM)
         assert proc.wait(30) == 0, proc.log
     intervals = _intervals(path)

@@ -125,8 +125,12 @@ def test_sigkill_mid_job_is_recovered_after_the_lease(
 
 
 def test_heartbeats_keep_a_job_longer_than_its_lease(start_worker: StartWorker) -> None:
-    job = Job.objects.enqueue("tests.sleep", args=[4])
-    worker = start_worker("--lease", "1")
+    # A job that outlives its lease more than twice over, under a lease long enough for
+    # a loaded machine: heartbeats come every lease / 3, so the worker may go unscheduled
+    # for up to two thirds of the lease before the sweep below may take the job. With a
+    # 1 s lease that was 0.67 s (a worker stopped for 1.5 s lost its job to the sweep).
+    job = Job.objects.enqueue("tests.sleep", args=[7])
+    worker = start_worker("--lease", "3")
     wait_until(lambda: status_of(job.pk) == JobStatus.RUNNING, what="the job to start")
     swept = 0
     while status_of(job.pk) == JobStatus.RUNNING:  # a rescuer sweeping as often as it can

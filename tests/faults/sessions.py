@@ -10,9 +10,14 @@ looking at a stuck run, a second test tool) is not the workers' and stays up.
 
 from __future__ import annotations
 
-from django.db import connection
+from typing import Any
 
-__all__ = ["kill_worker_sessions"]
+from django.db import OperationalError, connection
+
+__all__ = ["kill_mysql_sessions", "kill_worker_sessions"]
+
+#: MariaDB/MySQL's answer to a KILL of a connection that is no longer there.
+ER_NO_SUCH_THREAD = 1094
 
 
 def kill_worker_sessions() -> int:
@@ -37,7 +42,23 @@ def kill_worker_sessions() -> int:
             "WHERE db = DATABASE() AND id <> CONNECTION_ID() "
             "AND user = SUBSTRING_INDEX(USER(), '@', 1)"
         )
-        ids = [row[0] for row in cursor.fetchall()]
-        for thread_id in ids:
+        return kill_mysql_sessions(cursor, [row[0] for row in cursor.fetchall()])
+
+
+def kill_mysql_sessions(cursor: Any, ids: list[int]) -> int:
+    """``KILL CONNECTION`` each of ``ids``; how many were still there to kill.
+
+    A session may end between the process list and its KILL (a worker closing a
+    thread's connection, one SIGKILLed a moment before): the server then answers
+    "Unknown thread id", and that session is gone, as wanted.
+    """
+    killed = 0
+    for thread_id in ids:
+        try:
             cursor.execute(f"KILL CONNECTION {int(thread_id)}")
-        return len(ids)
+        except OperationalError as exc:
+            if exc.args[0] != ER_NO_SUCH_THREAD:
+                raise
+            continue
+        killed += 1
+    return killed

@@ -36,11 +36,15 @@ PAST_THE_LEASE = 1.6
 def zombie_and_owner(make_jobs: MakeJobs) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID]:
     """(job, the zombie's token, the owner's token), the way production makes them."""
     (job_id,) = make_jobs(1)
-    first = claim_one("zombie", lease=SHORT_LEASE)
+    first = claim_one("zombie", lease=60)
     assert first.id == job_id
     zombie = first.claim_token
 
     assert Job.objects.sweep_expired_leases(10) == 0, "the sweep took a live lease"
+    # The zombie's last heartbeat, with the shortest lease; then it goes silent. (Claimed
+    # with that lease, the check above raced it: a loaded machine that took a second
+    # between the claim and the sweep saw the lease swept as it expired.)
+    assert Job.objects.heartbeat(job_id, zombie, lease=SHORT_LEASE)
     time.sleep(PAST_THE_LEASE)
     assert Job.objects.sweep_expired_leases(10) == 1, "the expired lease was not swept"
     swept = fresh(job_id)

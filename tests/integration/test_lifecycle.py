@@ -181,9 +181,11 @@ def test_delayed_job_is_not_claimable_until_due() -> None:
 
 @pytest.mark.slow
 def test_delayed_job_becomes_claimable_when_its_time_comes() -> None:
-    job = Job.objects.enqueue("tests.noop", delay=1)
+    # Due in 3 s: the claim just after the enqueue must still find nothing on a loaded
+    # machine (with 1 s, a second between the two statements let the claim take it).
+    job = Job.objects.enqueue("tests.noop", delay=3)
     assert Job.objects.claim("w", lease=60, batch=10) == []
-    time.sleep(1.3)
+    time.sleep(3.3)
     assert [c.id for c in Job.objects.claim("w", lease=60, batch=10)] == [job.id]
 
 

@@ -39,8 +39,11 @@ def impatient() -> Iterator[None]:
     connection.close()  # the next test gets a connection with the configured timeout
 
 
-def hold_write_lock(seconds: float) -> tuple[threading.Thread, threading.Event]:
-    """Hold SQLite's write lock from another connection for ``seconds``."""
+def hold_write_lock(
+    seconds: float, release: threading.Event | None = None
+) -> tuple[threading.Thread, threading.Event]:
+    """Hold SQLite's write lock from another connection for ``seconds``, or until
+    ``release`` is set (``seconds`` then only bounds the wait)."""
     locked = threading.Event()
 
     def run() -> None:
@@ -48,7 +51,10 @@ def hold_write_lock(seconds: float) -> tuple[threading.Thread, threading.Event]:
             with transaction.atomic():  # BEGIN IMMEDIATE: takes the write lock now
                 Job.objects.filter(task_name="no such task").update(priority=0)
                 locked.set()
-                time.sleep(seconds)
+                if release is None:
+                    time.sleep(seconds)
+                else:
+                    release.wait(seconds)
         finally:
             connections.close_all()
 
@@ -66,11 +72,33 @@ def count_retries(caplog: pytest.LogCaptureFixture) -> int:
 def test_a_short_lock_is_waited_out(make_jobs: MakeJobs, caplog: pytest.LogCaptureFixture) -> None:
     make_jobs(3)
     caplog.set_level(logging.DEBUG, logger="django_arcature.db.conflicts")
-    holder, _ = hold_write_lock(0.15)
-    claimed = Job.objects.claim("patient", lease=30, batch=3)
+    # The lock is let go once the claim has met it and said it retries: held for a fixed
+    # 0.15 s instead, a claim that started later than that on a loaded machine never met
+    # it (no retry), and one whose retries outlasted a holder not scheduled in time failed.
+    conflict = threading.Event()
+    seen = _SetOnConflict(conflict)
+    logging.getLogger("django_arcature.db.conflicts").addHandler(seen)
+    try:
+        holder, _ = hold_write_lock(30, release=conflict)
+        claimed = Job.objects.claim("patient", lease=30, batch=3)
+    finally:
+        logging.getLogger("django_arcature.db.conflicts").removeHandler(seen)
+        conflict.set()
     holder.join(timeout=30)
     assert len(claimed) == 3
     assert count_retries(caplog) >= 1
+
+
+class _SetOnConflict(logging.Handler):
+    """Sets ``event`` at the first lock conflict the retry logs."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "lock conflict" in record.getMessage():
+            self.event.set()
 
 
 @pytest.mark.usefixtures("impatient")

@@ -99,6 +99,14 @@ def test_lost_acknowledgements_neither_exceed_the_limit_nor_leak_a_slot(
     wait_until(lambda: not SlotHold.objects.exists(), timeout=30, what="the holds to go")
     ended: dict[int, float] = {}
     for worker in (proxied, direct):
+        # The direct worker starts late (after the fault) and the proxied one may drain
+        # the queue alone meanwhile: a worker still starting has no SIGTERM handler yet,
+        # and the signal would end it with -SIGTERM (seen on MariaDB under load).
+        wait_until(
+            lambda worker=worker: " started: " in worker.log or not worker.alive(),  # type: ignore[misc]
+            timeout=30,
+            what="the worker to start",
+        )
         worker.proc.send_signal(signal.SIGTERM)
     for worker in (proxied, direct):
         assert worker.wait(60) == 0, worker.log[-4000:]

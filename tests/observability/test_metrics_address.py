@@ -27,6 +27,14 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
+def _stop(worker: Any) -> None:
+    """SIGTERM once the worker has started: its metrics port answers before its loop has
+    installed the SIGTERM handler, and a signal in between ends it with -SIGTERM."""
+    wait_until(lambda: " started: " in worker.log, what="the worker's loop to start")
+    worker.signal(15)
+    assert worker.wait(30) == 0, worker.log
+
+
 def _listening_addresses(port: int) -> set[str]:
     """The local IPv4 addresses with a socket listening on ``port`` (from /proc/net/tcp)."""
     found = set()
@@ -46,8 +54,7 @@ def test_the_default_listener_is_on_127_0_0_1_only(start_worker: Any) -> None:
     assert _listening_addresses(port) == {"127.0.0.1"}
     assert not _accepts("127.0.0.2", port), "the metrics port answers beyond 127.0.0.1"
     assert "serving metrics on 127.0.0.1:" in worker.log
-    worker.signal(15)
-    assert worker.wait(30) == 0, worker.log
+    _stop(worker)
 
 
 def test_metrics_addr_widens_it_when_asked(start_worker: Any) -> None:
@@ -56,5 +63,4 @@ def test_metrics_addr_widens_it_when_asked(start_worker: Any) -> None:
     scrape(port)
     assert _listening_addresses(port) == {"0.0.0.0"}
     wait_until(lambda: _accepts("127.0.0.2", port), what="a listener on every interface")
-    worker.signal(15)
-    assert worker.wait(30) == 0, worker.log
+    _stop(worker)

@@ -195,20 +195,45 @@ def test_several_workers_on_one_host_share_one_port_in_multiprocess_mode(
     scrape(port)  # the first worker holds the port
     second = start_worker("--metrics-port", str(port), "--concurrency", "1")
     wait_until(lambda: "served by another process" in second.log, what="the second worker")
+    # One job that only the test ends for each worker: a worker with its one thread
+    # busy claims nothing more, so each of the two is run by a different worker, and
+    # the sum below is over both processes whoever wins the race for the sleeps
+    # (left to the race, the first worker could claim all 40 before the second,
+    # still starting on a loaded machine, looked).
+    release = tmp_path / "release"
+    gates = [Job.objects.enqueue("tests.wait_for_file", args=[str(release), 120]) for _ in "ab"]
+    wait_until(
+        lambda: (
+            Job.objects.filter(pk__in=[gate.pk for gate in gates], status=JobStatus.RUNNING)
+            .values("locked_by")
+            .distinct()
+            .count()
+            == 2
+        ),
+        timeout=60,
+        what="each worker to run one gate job",
+    )
     Job.objects.enqueue_many("tests.sleep", [(0.05,)] * 40)
-    wait_until(finished, what="the queue to drain")
+    release.touch()
+    wait_until(finished, timeout=60, what="the queue to drain")
     runners = set(Job.objects.values_list("locked_by", flat=True))
     assert len(runners) == 2, "both workers should have run jobs"
     sleep = {"queue": "default", "task": "tests.sleep", "outcome": "succeeded", "error_kind": ""}
-    deadline = time.monotonic() + 10
-    while value(scrape(port), "arcature_jobs_finished_total", **sleep) != 40:
-        assert time.monotonic() < deadline, "the sum over both processes never reached 40"
+    gate = {**sleep, "task": "tests.wait_for_file"}
+    deadline = time.monotonic() + 30
+    while (
+        value(scrape(port), "arcature_jobs_finished_total", **sleep) != 40
+        or value(scrape(port), "arcature_jobs_finished_total", **gate) != 2
+    ):
+        assert time.monotonic() < deadline, "the sums over both processes never reached 40 and 2"
         time.sleep(0.2)
     # The serving worker exits; the other takes the port over and still reports both.
     first.signal(15)
     assert first.wait(30) == 0, first.log
     wait_until(lambda: "serving metrics" in second.log, timeout=30, what="the takeover")
     assert value(scrape(port), "arcature_jobs_finished_total", **sleep) == 40
+    # One gate job each: the exited process's count is still in the sum.
+    assert value(scrape(port), "arcature_jobs_finished_total", **gate) == 2
     second.signal(15)
     assert second.wait(30) == 0, second.log
 
