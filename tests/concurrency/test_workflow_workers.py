@@ -52,7 +52,9 @@ def test_wide_fan_in_fires_once_with_two_workers(start_worker: StartWorker, tmp_
     workers = [start_worker("--concurrency", "8", "--batch", "20") for _ in range(2)]
     for worker in workers:  # both ready before the fan-out, so both take part
         wait_until(lambda w=worker: "started" in w.log, what="the worker to start")  # type: ignore[misc]
-    _, _, sink = fan(runs)
+    # 50 ms a sibling: one worker alone would need over a second for the 200 (8
+    # threads), so the other, woken by the root's release, takes its share.
+    _, _, sink = fan(runs, seconds=0.05)
     waits = _lock_waits_while(lambda: sink_state(sink) == JobStatus.SUCCEEDED, timeout=120)
     for worker in workers:
         worker.signal(signal.SIGTERM)
@@ -62,8 +64,14 @@ def test_wide_fan_in_fires_once_with_two_workers(start_worker: StartWorker, tmp_
     row = Job.objects.get(pk=sink.job_id)  # type: ignore[attr-defined]
     assert (row.attempts, len(row.attempt_log)) == (1, 1)
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == WIDTH + 2
-    # Both processes did part of the fan-out.
-    assert all(" succeeded" in worker.log for worker in workers)
+    # Both processes did part of the fan-out (each attempt names its worker; the
+    # stop summaries in the logs say "succeeded" whatever the count).
+    takers = {
+        entry["worker"]
+        for log in Job.objects.values_list("attempt_log", flat=True)
+        for entry in log
+    }
+    assert len(takers) == 2, takers
     print(f"lock waits sampled during the fan-in on {connection.vendor}: {waits}")
 
 

@@ -45,10 +45,13 @@ def wait_for_log(worker: WorkerProcess, text: str, timeout: float = 30) -> None:
 def test_first_signal_after_max_runtime_still_lets_the_running_job_finish(
     start_worker: StartWorker, events: Path, signum: int
 ) -> None:
-    job = Job.objects.enqueue("tests.sleep", args=[2.5])
+    job = Job.objects.enqueue("tests.sleep", args=[4])
     worker = start_worker("--max-runtime", "1", "--shutdown-timeout", "30")
     wait_started(events, job.pk)
     wait_for_log(worker, "recycling: it ran for")
+    # Still running when the signal comes (3 s to spare): otherwise the test would pass
+    # without a job to let finish.
+    assert row(job.pk)[0] == JobStatus.RUNNING
     worker.signal(signum)  # the supervisor's first signal, after the worker stopped itself
     assert worker.wait(30) == 0, worker.log
     assert row(job.pk) == (JobStatus.SUCCEEDED, "slept")
