@@ -986,16 +986,16 @@ def fire_finished_batches(using: str, model: type[Job], batch_ids: Iterable[uuid
         if counts["pending"] > 0:
             continue
         clean = counts["dead"] == 0 and counts["cancelled"] == 0
-        due = [("on_success_job_id", batch.on_success)] if batch.on_success and clean else []
+        due = ["on_success"] if batch.on_success and clean else []
         if batch.on_finish:
-            due.append(("on_finish_job_id", batch.on_finish))
-        handles = [name for _, name in due]
+            due.append("on_finish")
+        handles = [getattr(batch, role) for role in due]
         # Each callback's job id is stored with fired_at (the admin links them).
         callback_jobs = {
-            column: _enqueue_callback(
-                using, model, batch.id, name, column.removesuffix("_job_id"), batch.callback_options
+            f"{role}_job_id": _enqueue_callback(
+                using, model, batch.id, getattr(batch, role), role, batch.callback_options
             )
-            for column, name in due
+            for role in due
         }
         outcome = m.Outcome.SUCCEEDED if clean else m.Outcome.FAILED
         m.BatchRun.objects.using(using).filter(id=batch.id).update(
@@ -1031,7 +1031,7 @@ def _enqueue_callback(
         try:
             return manager.enqueue(name, args=[str(batch_id)], **options).pk
         except (ValueError, TypeError) as exc:
-            if not options or isinstance(exc, (UnknownTask, MalformedPayload)):
+            if not options or isinstance(exc, MalformedPayload):
                 raise
             logger.warning(
                 "batch %s: callback %r refused its stored options %r (%s); enqueued without them",

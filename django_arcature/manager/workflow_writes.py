@@ -70,11 +70,32 @@ def insert_graph_rows(
     MariaDB), as the nodes' job rows go, instead of ``bulk_create``: for a
     10,000-node workflow the ORM's model instances and per-parameter compilation
     were most of ``Workflow.enqueue()``'s time. Each bag holds every concrete
-    column's ``attname`` (an auto primary key as None, left to the database); the
+    column's ``attname`` but an auto primary key's (the database assigns it); the
     columns outside ``varying`` are taken from the first row, once.
     """
     if rows:
         driver_for(using).insert_rows(model, rows, varying, 1000)
+
+
+def _node_bag(
+    job_id: uuid.UUID,
+    name: str,
+    *,
+    workflow_id: uuid.UUID | None = None,
+    batch_id: uuid.UUID | None = None,
+    when: str = "succeeded",
+    has_dependents: bool = False,
+) -> SimpleNamespace:
+    """A ``WorkflowNode`` row for :func:`insert_graph_rows`, defaults as the model's."""
+    return SimpleNamespace(
+        job_id=job_id,
+        workflow_id=workflow_id,
+        batch_id=batch_id,
+        name=name,
+        when=when,
+        has_dependents=has_dependents,
+        cancelled_by=None,
+    )
 
 
 def _models() -> Any:
@@ -126,14 +147,12 @@ class WorkflowWrites(JobWriter):
                     using,
                     m.WorkflowNode,
                     [
-                        SimpleNamespace(
-                            job_id=node.job_id,
+                        _node_bag(
+                            node.job_id,
+                            node.name,
                             workflow_id=run.id,
-                            batch_id=None,
-                            name=node.name,
                             when=node.when,
                             has_dependents=node.has_dependents,
-                            cancelled_by=None,
                         )
                         for node in nodes
                     ],
@@ -145,7 +164,6 @@ class WorkflowWrites(JobWriter):
                     m.WorkflowEdge,
                     [
                         SimpleNamespace(
-                            id=None,
                             workflow_id=run.id,
                             upstream_id=up,
                             downstream_id=node.job_id,
@@ -358,22 +376,10 @@ class WorkflowWrites(JobWriter):
                         f"{batch.total + len(members)}"
                     )
                 jobs = self._insert_node_jobs(members)
-                default_when = m.When.SUCCEEDED
                 insert_graph_rows(
                     using,
                     m.WorkflowNode,
-                    [
-                        SimpleNamespace(
-                            job_id=node.job_id,
-                            workflow_id=None,
-                            batch_id=batch.id,
-                            name=node.name,
-                            when=default_when,
-                            has_dependents=False,
-                            cancelled_by=None,
-                        )
-                        for node in members
-                    ],
+                    [_node_bag(node.job_id, node.name, batch_id=batch.id) for node in members],
                     varying=("job_id", "name"),
                 )
                 batch.total += len(members)

@@ -46,15 +46,18 @@ def _task_name(task: Any) -> str:
     return name
 
 
-def _options(task: Any) -> dict[str, Any]:
-    """``handle.using(queue=..., priority=..., max_attempts=...)`` carried onto the node."""
+_NODE_UNIQUE_KEY = "a workflow node cannot have its own unique_key: give the workflow a key instead"
+
+
+def _options(task: Any, unique_key_refusal: str = _NODE_UNIQUE_KEY) -> dict[str, Any]:
+    """``handle.using(queue=..., priority=..., max_attempts=...)`` carried onto the node
+    (or a batch callback); a handle with its own unique_key is refused with
+    ``unique_key_refusal``."""
     options = getattr(task, "options", None)
     if options is None:
         return {}
     if getattr(options, "unique_key", None) is not None:
-        raise WorkflowError(
-            "a workflow node cannot have its own unique_key: give the workflow a key instead"
-        )
+        raise WorkflowError(unique_key_refusal)
     return {
         name: value
         for name in ("queue", "priority", "max_attempts", "delay", "run_at")
@@ -320,15 +323,14 @@ def _callback_name(role: str, task: Any) -> str:
 
 
 def _callback_options(role: str, task: Any) -> dict[str, Any]:
-    """``callback.using(queue=..., ...)``, kept to be applied when the callback fires."""
-    from .callback_options import stored_options
+    """``callback.using(queue=..., ...)`` as stored, to be applied when the callback fires."""
+    from .callback_options import stored_form
 
-    if getattr(getattr(task, "options", None), "unique_key", None) is not None:
-        raise WorkflowError(
-            f"Batch({role}=...): a batch callback cannot have its own unique_key; "
-            "it is enqueued once per batch already"
-        )
-    return stored_options(task)
+    refusal = (
+        f"Batch({role}=...): a batch callback cannot have its own unique_key; "
+        "it is enqueued once per batch already"
+    )
+    return stored_form(_options(task, refusal))
 
 
 class Batch:

@@ -15,28 +15,17 @@ say) is left out, and a warning names it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-#: The options a callback may carry: those of ``JobHandle.using()`` but ``unique_key``.
-CARRIED = ("queue", "priority", "max_attempts", "delay", "run_at")
 
-
-def stored_options(task: Any) -> dict[str, Any]:
-    """The options of ``task`` (a ``@job`` handle or a name) as stored on the batch.
-
-    A ``unique_key`` is the caller's to refuse (``Batch``): it is not carried.
-    """
-    options = getattr(task, "options", None)
-    if options is None:
-        return {}
+def stored_form(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` (``workflows.build._options`` of a callback) in their JSON form."""
     found: dict[str, Any] = {}
-    for name in CARRIED:
-        value = getattr(options, name, None)
-        if value is None:
-            continue
+    for name, value in options.items():
         if isinstance(value, timedelta):
             value = value.total_seconds()
         elif isinstance(value, datetime):
