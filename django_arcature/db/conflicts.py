@@ -10,6 +10,7 @@ from collections.abc import Callable
 from django.db import OperationalError, connections
 
 from .base import driver_class
+from .broken_connection import discard_broken_connection
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +29,11 @@ def retry_on_lock_conflict[T](using: str, operation: Callable[[], T]) -> T:
     Only when no outer transaction is open: inside one, the failed statement
     has already spoiled the caller's transaction and retrying would hide it.
     Bounded, so a database that stays locked is reported, not waited out forever.
+    A connection the server dropped since the last write is replaced first, outside
+    a transaction (:mod:`.broken_connection`).
     """
     connection = connections[using]
+    discard_broken_connection(connection)
     for attempt in range(1, LOCK_RETRY_ATTEMPTS + 1):
         try:
             return operation()

@@ -22,6 +22,7 @@ from django_arcature.core.limits import (
 from django_arcature.core.payloads import arguments_fit, ensure_payload_size
 from django_arcature.db import DatabaseNow, driver_for
 from django_arcature.db import retry_on_lock_conflict as _retry_on_lock_conflict
+from django_arcature.db.broken_connection import discard_broken_connection
 from django_arcature.db.clock import database_now
 from django_arcature.enqueueing import RowMaker, delay_offset, new_ids, save_new, split_all
 from django_arcature.exceptions import MalformedPayload
@@ -462,6 +463,9 @@ class EnqueueWrites(JobWriter):
         ``single``, the kept INSERTs of rows built like these (None when a
         ``pre_init``/``post_init`` receiver could have changed a value).
         """
+        # Before the first statement of any enqueue (the bulk path reads the
+        # database's clock here), not only before its INSERT.
+        discard_broken_connection(connections[self.db])
         if checked is None:
             checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)

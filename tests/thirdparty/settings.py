@@ -60,6 +60,10 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
 # On Django 5.2 the tasks framework is the django-tasks backport, an app of its own.
 if django.VERSION < (6, 0):
     INSTALLED_APPS.append("django_tasks")
+# django-crontask (Django 6 only) schedules a task of the site's; its command comes
+# with its app.
+if django.VERSION >= (6, 0):
+    INSTALLED_APPS += ["crontask", "tests.thirdparty.cron_site"]
 
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "tests.thirdparty.urls"

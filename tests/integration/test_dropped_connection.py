@@ -1,0 +1,193 @@
+"""An enqueue outside a transaction replaces a connection whose session the server dropped.
+
+Django replaces a broken connection only around a request. A thread that enqueues
+on its own (django-crontask's scheduler, a looping management command) kept the
+dead connection: after a server restart or a killed session, every later
+``enqueue()`` there failed with "the connection is lost". Now the write that meets
+the dropped session fails, and the next one opens a new connection. Never inside a
+transaction: a new session there would commit the job outside the caller's
+transaction, whatever becomes of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from django_arcature import Batch, Workflow
+from django_arcature.db.broken_connection import discard_broken_connection
+from django_arcature.models import Job
+from tests.testapp import jobs
+from tests.testapp import workflow_jobs as wf
+from tests.testapp.tasks import echo
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.only_on(
+        "postgresql", "mysql", reason="SQLite has no server that could drop a session"
+    ),
+]
+
+
+def _session_id() -> int:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_backend_pid()")
+        else:
+            cursor.execute("SELECT CONNECTION_ID()")
+        return int(cursor.fetchone()[0])
+
+
+def drop_session() -> None:
+    """End the test connection's session from another one, as a server restart would,
+    and wait until the server has let it go."""
+    session = _session_id()
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            if other.vendor == "postgresql":
+                cursor.execute("SELECT pg_terminate_backend(%s)", [session])
+                listed = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = %s"
+            else:
+                cursor.execute(f"KILL CONNECTION {session}")
+                listed = "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s"
+            deadline = time.monotonic() + 10
+            while True:
+                cursor.execute(listed, [session])
+                if cursor.fetchone()[0] == 0:
+                    return
+                assert time.monotonic() < deadline, "the session was not dropped"
+                time.sleep(0.02)
+    finally:
+        other.close()
+
+
+def _committed_jobs() -> int:
+    """Jobs any other session sees: what was committed, not what this one holds."""
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {Job._meta.db_table}")
+            return int(cursor.fetchone()[0])
+    finally:
+        other.close()
+
+
+def _workflow() -> None:
+    flow = Workflow("after a dropped session")
+    first = flow.add(wf.step, "a")
+    flow.add(wf.step, "b", after=[first])
+    flow.enqueue()
+
+
+def _batch() -> None:
+    batch = Batch(on_success=wf.step.using(queue="elsewhere"))
+    batch.add(wf.step, "member")
+    batch.enqueue()
+
+
+#: Each way a job gets in, and how many job rows one call writes.
+WRITES: dict[str, tuple[Callable[[], Any], int]] = {
+    "enqueue": (lambda: jobs.noop.enqueue(), 1),
+    "enqueue_many": (lambda: jobs.noop.enqueue_many([[], [], []]), 3),
+    "django.tasks enqueue": (lambda: echo.enqueue(1), 1),
+    "Workflow.enqueue": (_workflow, 2),
+    "Batch.enqueue": (_batch, 1),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_the_write_after_a_dropped_session_opens_a_new_connection(write: str) -> None:
+    call, rows = WRITES[write]
+    call()
+    drop_session()
+    with pytest.raises(DatabaseError):
+        call()  # met the dropped session: its outcome is the caller's to know
+    assert _committed_jobs() == rows  # nothing of it landed
+    call()
+    call()
+    assert _committed_jobs() == 3 * rows
+
+
+def test_a_schedule_like_loop_keeps_enqueueing_through_two_drops() -> None:
+    """What a cron thread does: enqueue, now and then, for as long as it lives."""
+    failed = 0
+    for round_ in range(6):
+        if round_ in (2, 4):
+            drop_session()
+        try:
+            jobs.noop.enqueue()
+        except DatabaseError:
+            failed += 1
+    assert failed == 2
+    assert _committed_jobs() == 4
+
+
+def test_inside_a_transaction_the_connection_is_not_replaced() -> None:
+    """A new session inside ``atomic()`` would commit the job on its own, outside the
+    caller's transaction: the block fails instead, and nothing of it is committed."""
+
+    def block_whose_session_drops() -> None:
+        with transaction.atomic():
+            jobs.noop.enqueue()
+            raw = connection.connection
+            drop_session()
+            with contextlib.suppress(DatabaseError):
+                jobs.noop.enqueue()
+            assert connection.connection is raw  # still the dead one: not replaced
+            jobs.noop.enqueue()  # refused: the block's transaction is broken
+
+    with pytest.raises(DatabaseError):
+        block_whose_session_drops()
+    assert _committed_jobs() == 0
+    jobs.noop.enqueue()  # after the block, outside a transaction: a new connection
+    assert _committed_jobs() == 1
+
+
+def test_with_autocommit_off_the_connection_is_not_replaced() -> None:
+    """The caller manages that transaction (``set_autocommit(False)``; ``enqueue()``
+    itself refuses to run there, its announcement needs ``on_commit``): it is theirs
+    to end, so a write's check leaves the dead connection as it is."""
+    transaction.set_autocommit(False)
+    try:
+        raw = connection.connection
+        drop_session()
+        with pytest.raises(DatabaseError), connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        assert connection.errors_occurred
+        assert discard_broken_connection(connection) is False
+        assert connection.connection is raw
+    finally:
+        connection.close()  # what the caller would do with a dead transaction
+    jobs.noop.enqueue()
+    assert _committed_jobs() == 1
+
+
+def test_a_healthy_connection_sends_nothing_more() -> None:
+    jobs.noop.enqueue()
+    raw = connection.connection
+    with CaptureQueriesContext(connection) as queries:
+        jobs.noop.enqueue()
+    assert len(queries) == 1, [query["sql"] for query in queries]
+    assert connection.connection is raw
+
+
+def test_a_failed_statement_on_a_live_connection_keeps_the_connection() -> None:
+    """A statement that failed without losing the session (here a missing table) sets
+    Django's ``errors_occurred``: the next write asks the connection once, finds it
+    working and keeps it."""
+    jobs.noop.enqueue()
+    raw = connection.connection
+    with pytest.raises(DatabaseError), connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM arcature_no_such_table")
+    assert connection.errors_occurred
+    jobs.noop.enqueue()
+    assert connection.connection is raw
+    assert not connection.errors_occurred
+    assert _committed_jobs() == 2
