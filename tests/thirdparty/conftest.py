@@ -24,20 +24,23 @@ from tests.dburl import database_url
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: django-crontask needs ``django.tasks`` (Django 6): not installed on Django 5.2.
-collect_ignore = [] if django.VERSION >= (6, 0) else ["test_crontask.py"]
+#: django-crontask and django-tasks-monitor need ``django.tasks`` itself (Django 6):
+#: not installed on Django 5.2.
+DJANGO_6_ONLY = ["test_crontask.py", "test_tasks_monitor.py"]
+collect_ignore = [] if django.VERSION >= (6, 0) else DJANGO_6_ONLY
 WORKER_TIMEOUT = 120  # seconds; a drain of a few jobs takes about two
 
 #: Jobs run and succeeded in this session, per task path (printed at the end).
 SUCCEEDED: Counter[str] = Counter()
 
 
-def run_worker(counted: set[str]) -> Counter[str]:
+def run_worker(counted: set[str], failing: frozenset[str] = frozenset()) -> Counter[str]:
     """Run every pending job in a worker process; fail unless all succeeded.
 
     Returns how many jobs of each task ran since the last call (``counted``
     holds the ids already returned). ``--drain`` exits 0 once nothing is
-    pending or running; the timeout bounds a worker that hangs.
+    pending or running; the timeout bounds a worker that hangs. The tasks named
+    in ``failing`` raise on purpose: their jobs must be dead after one attempt.
     """
     from django_arcature.models import Job
 
@@ -75,21 +78,26 @@ def run_worker(counted: set[str]) -> Counter[str]:
         )
     )
     # Succeeded at the first attempt: a retry would hide an error the package met.
-    failed = [job[1:] for job in jobs if job[2] != "succeeded" or job[3] != 1]
+    failed = [
+        job[1:]
+        for job in jobs
+        if job[2] != ("dead" if job[1] in failing else "succeeded") or job[3] != 1
+    ]
     assert not failed, f"jobs that did not succeed at once: {failed}\nworker log:\n{log}"
     counted.update(str(job[0]) for job in jobs)
     ran = Counter(job[1] for job in jobs)
-    SUCCEEDED.update(ran)
+    SUCCEEDED.update(name for name in ran.elements() if name not in failing)
     if os.environ.get("ARCATURE_THIRDPARTY_LOG"):
         print(log)
     return ran
 
 
 @pytest.fixture
-def drain() -> Callable[[], Counter[str]]:
-    """``drain()`` runs the jobs enqueued so far in a worker process (see run_worker)."""
+def drain() -> Callable[..., Counter[str]]:
+    """``drain()`` runs the jobs enqueued so far in a worker process (see run_worker);
+    ``drain(failing={...})`` names the tasks that fail on purpose."""
     counted: set[str] = set()
-    return lambda: run_worker(counted)
+    return lambda failing=frozenset(): run_worker(counted, frozenset(failing))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -60,10 +60,10 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
 # On Django 5.2 the tasks framework is the django-tasks backport, an app of its own.
 if django.VERSION < (6, 0):
     INSTALLED_APPS.append("django_tasks")
-# django-crontask (Django 6 only) schedules a task of the site's; its command comes
-# with its app.
+# Packages that need django.tasks itself (Django 6): django-crontask schedules a task
+# of the site's (its command comes with its app); django-tasks-monitor records tasks.
 if django.VERSION >= (6, 0):
-    INSTALLED_APPS += ["crontask", "tests.thirdparty.cron_site"]
+    INSTALLED_APPS += ["crontask", "tasks_monitor", "tests.thirdparty.django6_site"]
 
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "tests.thirdparty.urls"

@@ -34,7 +34,7 @@ from tests.dburl import database_url
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-TICK = "tests.thirdparty.cron_site.tasks.tick"
+TICK = "tests.thirdparty.django6_site.tasks.tick"
 HEARTBEAT = "crontask.tasks.heartbeat"
 DEADLINE = 60  # seconds for a few one-second ticks, on a loaded machine
 

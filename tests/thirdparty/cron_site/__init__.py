@@ -1,1 +1,0 @@
-"""A site app with a task django-crontask schedules (Django 6: crontask needs django.tasks)."""
