@@ -28,6 +28,8 @@ DATABASES = {
 }
 #: Factors that select a suite instead of the whole one.
 SUITES = {"thirdparty": "Wagtail and django-modelsearch on our django.tasks backend"}
+#: What the third-party suite adds where ``django.tasks`` itself exists (Django 6).
+DJANGO_6_THIRDPARTY = "; django-crontask's scheduler and django-tasks-monitor too"
 
 
 def expand(pattern: str) -> list[str]:
@@ -66,6 +68,8 @@ def row(name: str) -> tuple[str, str, str, str] | None:
     suite = "selected suites" if "pgbouncer" in name else "the whole suite"
     if extra:
         suite = ", ".join(SUITES.get(factor, factor + " suite") for factor in extra)
+        if "thirdparty" in extra and not django.startswith("5."):
+            suite += DJANGO_6_THIRDPARTY
     if django.startswith("5."):
         django += " + django-tasks backport"
     return python, django, database, suite
