@@ -23,12 +23,12 @@ from django.db import connection
 from tests.dburl import database_url
 
 REPO = Path(__file__).resolve().parents[2]
+WORKER_TIMEOUT = 120  # seconds; a drain of a few jobs takes about two
 
 #: django-crontask and django-tasks-monitor need ``django.tasks`` itself (Django 6):
 #: not installed on Django 5.2.
 DJANGO_6_ONLY = ["test_crontask.py", "test_tasks_monitor.py"]
 collect_ignore = [] if django.VERSION >= (6, 0) else DJANGO_6_ONLY
-WORKER_TIMEOUT = 120  # seconds; a drain of a few jobs takes about two
 
 #: Jobs run and succeeded in this session, per task path (printed at the end).
 SUCCEEDED: Counter[str] = Counter()

@@ -26,8 +26,8 @@ DATABASES = {"default": parse(database_url(), BASE_DIR)}
 if DATABASES["default"]["ENGINE"].endswith("mysql"):
     # Wagtail's migrations compare a column with ``CAST(id AS char)``, which takes the
     # connection's collation: MariaDB's default for utf8mb4 (general_ci) against the
-    # test database's unicode_ci is error 1267, "Illegal mix of collations". Wagtail's
-    # own docs ask for one collation throughout; a site would set it the same way.
+    # test database's unicode_ci is error 1267, "Illegal mix of collations". A site on
+    # MariaDB sets its connection's collation to its database's the same way.
     DATABASES["default"]["OPTIONS"]["collation"] = DATABASES["default"]["TEST"]["COLLATION"]
 # One media folder per database name, shared by the test process and its workers
 # (named before a worker switches to the test database): a deleted image's file

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,7 +44,6 @@ class Process:
     name: str
     popen: subprocess.Popen[str]
     log: IO[str]
-    output: list[str] = field(default_factory=list)
 
     def text(self) -> str:
         self.log.seek(0)
