@@ -111,17 +111,24 @@ def _wait_for_ticks(count: int, site: dict[str, Process]) -> None:
         time.sleep(0.1)
 
 
-def _stop_and_check(site: dict[str, Process]) -> None:
+def _stop_and_check(site: dict[str, Process], *, sessions_killed: bool = False) -> None:
+    """Stop both; every job the worker finished ran once and succeeded.
+
+    With ``sessions_killed``, a job may still be ``running``: a claim whose reply the
+    kill cut off stays with its lease until the sweep takes it back (the lease is
+    30 s here), which is the recovery the worker suites test, not this one.
+    """
     for process in site.values():
         process.popen.send_signal(signal.SIGTERM)
     for name, process in site.items():
         assert process.popen.wait(timeout=30) == 0, f"{name} did not stop cleanly:\n{_logs(site)}"
     connection.close()
     # The scheduler may have enqueued one more tick as it stopped: the worker was
-    # stopping too. Every job the worker took ran once and succeeded.
+    # stopping too.
     rows: list[Any] = list(Job.objects.values_list("task_name", "status", "attempts"))
     assert {name for name, _, _ in rows} <= {TICK, HEARTBEAT}, rows
-    taken = [row for row in rows if row[1] != "pending"]
+    unfinished = {"pending", "running"} if sessions_killed else {"pending"}
+    taken = [row for row in rows if row[1] not in unfinished]
     assert all(status == "succeeded" and attempts == 1 for _, status, attempts in taken), rows
 
 
@@ -146,4 +153,4 @@ def test_the_schedule_goes_on_after_the_server_dropped_its_sessions(
         before = _succeeded_ticks()
         assert kill_worker_sessions() >= 1  # the scheduler's and the worker's
         _wait_for_ticks(before + 3, site)
-    _stop_and_check(site)
+    _stop_and_check(site, sessions_killed=True)
