@@ -28,11 +28,13 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 from django.utils.translation import gettext as _
 
 from django_arcature.core.decide import describe_exception
 from django_arcature.core.payloads import check_arguments
 from django_arcature.core.retry import RetryPolicy
+from django_arcature.db.broken_connection import discard_broken_connection
 from django_arcature.exceptions import MalformedPayload
 
 from .arguments import stored_arguments
@@ -394,6 +396,9 @@ class ArcatureBackend(BaseTaskBackend):
             pk = uuid.UUID(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
+        # Polled from threads of the caller's own too, outside a request, where a
+        # connection the server dropped is otherwise never replaced.
+        discard_broken_connection(connections[Job.objects.db])
         job = Job.objects.filter(pk=pk, backend=self.alias).first()
         if job is None:
             raise TaskResultDoesNotExist(result_id)

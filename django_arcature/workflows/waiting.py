@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from django_arcature.db.broken_connection import discard_broken_connection
 from django_arcature.exceptions import JobWaitTimeout
 from django_arcature.states import FINISHED_STATUSES
 
@@ -48,6 +49,9 @@ def _check(job: Job, timeout: float) -> None:
             "job.wait() inside a transaction would never see the job finish: the "
             "job is not even visible to a worker until this transaction commits"
         )
+    # A thread of the caller's own, outside a request, may hold a connection the
+    # server dropped since (:mod:`django_arcature.db.broken_connection`).
+    discard_broken_connection(connections[_alias(job)])
 
 
 def _finished(job: Job) -> bool:

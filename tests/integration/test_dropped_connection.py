@@ -1,12 +1,13 @@
-"""An enqueue outside a transaction replaces a connection whose session the server dropped.
+"""Outside a transaction, a connection whose session the server dropped is replaced.
 
 Django replaces a broken connection only around a request. A thread that enqueues
 on its own (django-crontask's scheduler, a looping management command) kept the
 dead connection: after a server restart or a killed session, every later
 ``enqueue()`` there failed with "the connection is lost". Now the write that meets
-the dropped session fails, and the next one opens a new connection. Never inside a
-transaction: a new session there would commit the job outside the caller's
-transaction, whatever becomes of it.
+the dropped session fails, and the next one opens a new connection; ``job.wait()``
+and django.tasks' ``get_result()`` likewise. Never inside a transaction: a new
+session there would commit the job outside the caller's transaction, whatever
+becomes of it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_arcature import Batch, Workflow
 from django_arcature.db.broken_connection import discard_broken_connection
+from django_arcature.exceptions import JobWaitTimeout
 from django_arcature.models import Job
 from tests.testapp import jobs
 from tests.testapp import workflow_jobs as wf
@@ -191,3 +193,19 @@ def test_a_failed_statement_on_a_live_connection_keeps_the_connection() -> None:
     assert connection.connection is raw
     assert not connection.errors_occurred
     assert _committed_jobs() == 2
+
+
+def test_waiting_and_reading_results_go_on_after_a_dropped_session() -> None:
+    """``job.wait()`` and django.tasks' ``get_result()``, polled from a thread of the
+    caller's own: the call that meets the dropped session fails, the next ones read."""
+    job = jobs.noop.enqueue()
+    result = echo.enqueue("x")
+    drop_session()
+    with pytest.raises(DatabaseError):
+        job.wait(timeout=0)
+    with pytest.raises(JobWaitTimeout):  # read again: still pending, no worker here
+        job.wait(timeout=0)
+    drop_session()
+    with pytest.raises(DatabaseError):
+        echo.get_result(result.id)
+    assert echo.get_result(result.id).id == result.id
