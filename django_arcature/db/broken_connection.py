@@ -9,14 +9,21 @@ a proxy's idle timeout), every later ``enqueue()`` in that thread failed with
 "the connection is lost" until the process was restarted. That is a schedule
 that silently stops running.
 
-So each write outside a transaction first looks at what Django already records:
-``errors_occurred`` is set by the cursor wrapper when a statement failed with any
-error other than a data or integrity error. Only then is the connection asked
-whether it still works (one ``SELECT 1``, the check Django itself uses), and closed
-if it does not, so that the write opens a new one. A healthy connection costs
-two attribute reads. The write that met the dropped session still fails: in
-autocommit its outcome is unknown to the caller (the INSERT may have committed
-before the session went), so it is never retried here.
+So each write outside a transaction first looks at what is known without a round
+trip, and asks the connection whether it still works (one ``SELECT 1``, the check
+Django itself uses) only when that says something happened:
+
+- On PostgreSQL (psycopg 3), a session the server ended while it sat idle has
+  already said so: the server sends a FATAL message and closes the socket. So a
+  socket with something to read while no statement is outstanding (``select``
+  with no wait, about a microsecond) is checked: a dead session is replaced before
+  anything of the write is sent, and the write succeeds. A live one that had a
+  notification or a notice to read is kept, the message left for its reader.
+- Everywhere, ``errors_occurred``: Django's cursor wrapper sets it when a statement
+  failed with any error other than a data or integrity error. The write that met
+  the dropped session has failed by then: in autocommit its outcome is unknown to
+  the caller (the INSERT may have committed before the session went), so it is
+  never retried here.
 
 Inside ``atomic()`` or with autocommit switched off, nothing is done: closing the
 connection there would let the next statement run on a new session, outside the
@@ -27,6 +34,7 @@ transaction fails as it should, and Django's own handling ends it.
 from __future__ import annotations
 
 import logging
+import select
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -35,13 +43,13 @@ __all__ = ["discard_broken_connection"]
 
 
 def discard_broken_connection(connection: Any) -> bool:
-    """Close ``connection`` if a statement failed on it and it no longer works; whether it was.
+    """Close ``connection`` if its session is gone; whether it was.
 
     Outside a transaction only (see the module's docstring).
     """
-    if connection.connection is None or not connection.errors_occurred:
+    if connection.connection is None or connection.in_atomic_block or not connection.autocommit:
         return False
-    if connection.in_atomic_block or not connection.autocommit:
+    if not (connection.errors_occurred or _idle_socket_has_news(connection)):
         return False
     if connection.is_usable():
         connection.errors_occurred = False
@@ -52,3 +60,22 @@ def discard_broken_connection(connection: Any) -> bool:
     )
     connection.close()
     return True
+
+
+def _idle_socket_has_news(connection: Any) -> bool:
+    """PostgreSQL under psycopg 3: whether the idle session's socket has something to
+    read (the server's goodbye, or a notification or notice), or libpq already knows
+    the connection is bad. Nothing is read here: ``is_usable`` decides."""
+    pgconn = getattr(connection.connection, "pgconn", None)
+    if pgconn is None or connection.vendor != "postgresql":
+        return False  # psycopg2, or another database: errors_occurred only
+    from psycopg import Error
+    from psycopg.pq import ConnStatus
+
+    try:
+        if pgconn.status != ConnStatus.OK:
+            return True
+        readable, _, _ = select.select([pgconn.socket], [], [], 0)
+    except (Error, OSError, ValueError):
+        return True
+    return bool(readable)
