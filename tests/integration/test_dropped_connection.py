@@ -267,3 +267,12 @@ def test_waiting_and_reading_results_go_on_after_a_dropped_session() -> None:
     drop_session()
     if _first_write_after_the_drop(lambda: echo.get_result(result.id)) == 0:
         assert echo.get_result(result.id).id == result.id
+
+
+@pytest.mark.only_on("postgresql", reason="psycopg's connection status")
+def test_the_status_the_check_compares_with_is_libpqs_connection_ok() -> None:
+    from psycopg.pq import ConnStatus
+
+    from django_arcature.db import broken_connection
+
+    assert broken_connection._CONNECTION_OK == ConnStatus.OK
