@@ -73,9 +73,23 @@ def _idle_socket_has_news(connection: Any) -> bool:
     try:
         if pgconn.status != _CONNECTION_OK:
             return True
-        readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        return _readable(pgconn.socket)
     except Exception:  # any doubt is news: is_usable() decides
         return True
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read (or hung up), without waiting.
+
+    ``poll`` where it exists: ``select`` refuses a descriptor above 1023, which a
+    busy web process may well hand a database connection, and every write would then
+    pay a ``SELECT 1``.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
     return bool(readable)
 
 

@@ -23,6 +23,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_arcature import Batch, Workflow
+from django_arcature.db import broken_connection
 from django_arcature.db.broken_connection import discard_broken_connection
 from django_arcature.exceptions import JobWaitTimeout
 from django_arcature.models import Job
@@ -73,7 +74,13 @@ def drop_session() -> None:
         # The server's backend leaves pg_stat_activity a moment before its goodbye (a
         # FATAL message, then the socket's close) reaches this end: what the check of an
         # idle session reads, and what a session dropped a while ago has long shown.
-        assert select.select([connection.connection.pgconn.socket], [], [], 10)[0]
+        assert _readable_within(connection.connection.pgconn.socket, 10)
+
+
+def _readable_within(fd: int, seconds: float) -> bool:
+    poller = select.poll()  # not select(): a descriptor may be above 1023 here
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(seconds * 1000))
 
 
 def _committed_jobs() -> int:
@@ -178,7 +185,7 @@ def test_an_idle_session_with_a_notification_to_read_is_kept() -> None:
     finally:
         other.close()
     deadline = time.monotonic() + 10
-    while not select.select([raw.pgconn.socket], [], [], 0.05)[0]:
+    while not _readable_within(raw.pgconn.socket, 0.05):
         assert time.monotonic() < deadline, "the notification did not arrive"
     jobs.noop.enqueue()
     assert connection.connection is raw
@@ -276,3 +283,44 @@ def test_the_status_the_check_compares_with_is_libpqs_connection_ok() -> None:
     from django_arcature.db import broken_connection
 
     assert broken_connection._CONNECTION_OK == ConnStatus.OK
+
+
+@pytest.mark.only_on("postgresql", reason="the idle socket is looked at on PostgreSQL only")
+def test_a_socket_numbered_above_select_s_limit_is_looked_at_without_a_query() -> None:
+    """A busy process may hold more than 1,024 descriptors: ``select()`` refuses those
+    above 1023, and each write would then have asked the server ``SELECT 1``."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.fail(f"this test needs 1,100 file descriptors; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    connection.close()  # its descriptor too, or the new socket would take it
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    try:
+        connection.ensure_connection()
+        assert connection.connection.pgconn.socket > 1023
+        jobs.noop.enqueue()
+        asked: list[bool] = []
+        usable = connection.is_usable
+
+        def counted_is_usable() -> bool:
+            asked.append(True)
+            return bool(usable())
+
+        connection.is_usable = counted_is_usable  # type: ignore[method-assign]
+        try:
+            assert discard_broken_connection(connection) is False
+        finally:
+            del connection.is_usable
+        assert asked == []  # the server was not asked (is_usable's SELECT 1 is not logged)
+        assert broken_connection._readable(connection.connection.pgconn.socket) is False
+        drop_session()
+        jobs.noop.enqueue()  # the dead session seen on that socket, and replaced
+        assert _committed_jobs() == 2
+    finally:
+        connection.close()
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
