@@ -190,7 +190,9 @@ def drain_across_a_fault(start_worker: StartWorker, fault: Callable[[], object])
     assert worker.alive(), worker.log
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.log
-    assert "database error" in worker.log
+    # The fault reached the worker: a statement met it, or a write found the session
+    # gone first (the server's goodbye on an idle socket) and replaced the connection.
+    assert "database error" in worker.log or "database connection was lost" in worker.log
     assert not Job.objects.exclude(status=JobStatus.SUCCEEDED).exists()
 
 
