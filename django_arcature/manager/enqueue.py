@@ -463,9 +463,6 @@ class EnqueueWrites(JobWriter):
         ``single``, the kept INSERTs of rows built like these (None when a
         ``pre_init``/``post_init`` receiver could have changed a value).
         """
-        # Before the first statement of any enqueue (the bulk path reads the
-        # database's clock here), not only before its INSERT.
-        discard_broken_connection(connections[self.db])
         if checked is None:
             checked = not backend
         plan = prepare_enqueue(task, *items[0], checked=checked)
@@ -582,6 +579,9 @@ class EnqueueWrites(JobWriter):
         varying = maker.varying
         if not derive_key:  # one key (or none) for every row
             varying = tuple(name for name in varying if name != "unique_key")
+        # The clock read is the bulk path's first statement, before the insert's own
+        # check (``retry_on_lock_conflict``); a single row reads nothing before it.
+        discard_broken_connection(connections[self.db])
         return BulkRows(
             self.model,
             maker,
