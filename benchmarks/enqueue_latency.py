@@ -173,23 +173,13 @@ class Contenders:
         """A psycopg connection of its own, the SQL our enqueue sends (parameters
         merged), and the id written in it (replaced per call)."""
         import psycopg
-        from django.db import connection
 
-        from django_arcature.manager.row_insert import prepare_insert
-        from django_arcature.models import Job
+        from benchmarks.our_insert import our_insert_sql
 
-        row, statements = Job.objects._build(
-            self.noop.name, args=(), kwargs=None, queue=None, priority=None, delay=None,
-            run_at=None, max_attempts=None, unique_key=None, backend="",
-        )  # fmt: skip
-        prepared = prepare_insert(row, connection.alias, statements)
-        assert prepared is not None
+        sql, ident = our_insert_sql(self.noop)
         raw = psycopg.connect(
             host="127.0.0.1", user="arcature", password="arcature", dbname=NAME, autocommit=True
         )
-        sql = psycopg.ClientCursor(raw).mogrify(prepared.sql, prepared.params)
-        ident = row.pk.hex if row.pk.hex in sql else str(row.pk)
-        assert ident in sql
         return raw, sql, ident
 
     def names(self) -> list[str]:
@@ -240,21 +230,18 @@ class Contenders:
         return result
 
     def _floor(self, name: str, count: int) -> dict[str, float]:
-        import uuid
-
         from benchmarks.enqueue_bulk import backend_cpu_seconds
+        from benchmarks.our_insert import with_fresh_id
 
         self.clear()
         assert self.floor is not None
         raw, sql, ident = self.floor
-        dashed = "-" in ident
         pid = raw.info.backend_pid
         server = backend_cpu_seconds(pid)
         cpu = time.process_time()
         started = time.perf_counter()
         for _ in range(count):
-            fresh = uuid.uuid4()
-            raw.execute(sql.replace(ident, str(fresh) if dashed else fresh.hex)).fetchone()
+            raw.execute(with_fresh_id(sql, ident)).fetchone()
         elapsed = time.perf_counter() - started
         return {
             name: count / elapsed,
@@ -300,6 +287,7 @@ class Contenders:
         import psycopg
         from django.db import transaction
 
+        from benchmarks.our_insert import with_fresh_id
         from django_arcature.manager.row_insert import prepare_insert
         from django_arcature.models import Job
 
@@ -322,14 +310,12 @@ class Contenders:
         ident = next(
             text for text in (prepared.params[0].hex, str(prepared.params[0])) if text in literal
         )
-        dashed = "-" in ident
 
         def select_one() -> None:
             raw.execute("SELECT 1").fetchone()
 
         def literal_insert() -> None:
-            fresh = uuid.uuid4()
-            raw.execute(literal.replace(ident, str(fresh) if dashed else fresh.hex)).fetchone()
+            raw.execute(with_fresh_id(literal, ident)).fetchone()
 
         def cursor_insert() -> None:
             params = list(prepared.params)
@@ -384,9 +370,10 @@ class Contenders:
 
         from psycopg.types.json import Jsonb
 
+        from benchmarks.our_insert import with_fresh_id
+
         assert self.floor is not None
         raw, sql, ident = self.floor
-        dashed = "-" in ident
         scratch = {
             "arcature_ladder_bare": ["INCLUDING DEFAULTS"],
             "arcature_ladder_pk": ["INCLUDING DEFAULTS"],
@@ -406,10 +393,7 @@ class Contenders:
             statement = sql.replace(quoted, table, 1)
 
             def insert() -> None:
-                fresh = uuid.uuid4()
-                raw.execute(
-                    statement.replace(ident, str(fresh) if dashed else fresh.hex)
-                ).fetchone()
+                raw.execute(with_fresh_id(statement, ident)).fetchone()
 
             return insert
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -96,17 +97,84 @@ class Arcature(Peer):
         return float(pg_transactions(self.db))
 
     def extras(self, options: Any) -> dict[str, Any]:
+        from django.db import connection
+
+        from benchmarks.our_insert import our_insert_sql, with_fresh_id
+
+        sql, ident = our_insert_sql(self.job, (10**9,))  # as enqueue_one's keys
+
+        def bare_insert(key: int) -> None:
+            with connection.cursor() as cursor:
+                cursor.execute(with_fresh_id(sql, ident))
+
         in_tx = [self.in_transaction(options.tx_pairs) for _ in range(options.rounds)]
+        bare_tx = [
+            self.in_transaction(options.tx_pairs, bare_insert) for _ in range(options.rounds)
+        ]
         copies = [self.copy_rate(options.jobs) for _ in range(options.rounds)]
+        singles = [self.single_floors(options.single, sql, ident) for _ in range(options.rounds)]
         return {
             "in_tx_call_p50_us": statistics.median(r["call_p50"] for r in in_tx),
             "in_tx_call_p99_us": statistics.median(r["call_p99"] for r in in_tx),
             "in_tx_added_p50_us": statistics.median(r["added_p50"] for r in in_tx),
             "in_tx_added_p99_us": statistics.median(r["added_p99"] for r in in_tx),
             "copy_rate": statistics.median(copies),
+            "floor_in_tx_added_p50_us": statistics.median(r["added_p50"] for r in bare_tx),
+            "floor_in_tx_added_p99_us": statistics.median(r["added_p99"] for r in bare_tx),
+            "floor_single": statistics.median(r["ours"] for r in singles),
+            "floor_single_any": statistics.median(r["any"] for r in singles),
+            **self.pickup_floor(options.samples),
         }
 
-    def in_transaction(self, count: int) -> dict[str, float]:
+    def single_floors(self, count: int, sql: str, ident: str) -> dict[str, float]:
+        """The limits of one-by-one enqueue, in rows/s, on a psycopg connection of its own
+        in autocommit (one round trip and one durable commit per row, nothing of ours or
+        Django's around it): ``ours``, the very INSERT our ``enqueue()`` sends, into our
+        table with its indexes and trigger; ``any``, a row of two columns into a table
+        with one index besides its key, as lean as a queue's row can be."""
+        from benchmarks.our_insert import with_fresh_id
+        from benchmarks.pickup_floor import _connect, create_table
+
+        url = os.environ["DATABASE_URL"]
+        create_table(url)
+        raw = _connect(url)
+        try:
+            self.clear()
+            started = time.perf_counter()
+            for _ in range(count):
+                raw.execute(with_fresh_id(sql, ident)).fetchone()
+            ours = count / (time.perf_counter() - started)
+            started = time.perf_counter()
+            for _ in range(count):
+                raw.execute("INSERT INTO pickup_floor (status) VALUES ('pending')")
+            lean = count / (time.perf_counter() - started)
+        finally:
+            raw.close()
+            self.clear()
+        return {"ours": ours, "any": lean}
+
+    def pickup_floor(self, samples: int) -> dict[str, float]:
+        """The limit of an idle pickup on this machine, in ms (``benchmarks/pickup_floor.py``):
+        a one-row INSERT and NOTIFY from one process, and a LISTENing process of its own
+        woken by it and claiming the row in one ``UPDATE … RETURNING`` (its commit relaxed,
+        as ours is); with its parts: the producer's commit, the delivery, the claim."""
+        from benchmarks.pickup_floor import commit_cost, create_table, floor_run
+
+        url = os.environ["DATABASE_URL"]
+        create_table(url)
+        run = floor_run(url, samples, relaxed=True)
+        cost = commit_cost(url, min(samples, 30))
+        return {
+            "floor_pickup_ms": run["floor"],
+            "floor_pickup_commit_ms": run["commit"],
+            "floor_pickup_delivery_ms": run["delivery"],
+            "floor_pickup_claim_ms": run["claim_round_trip"],
+            "floor_select_1_ms": cost["select_1_ms"],
+        }
+
+    def in_transaction(
+        self, count: int, enqueue: Callable[[int], object] | None = None
+    ) -> dict[str, float]:
         """What an enqueue adds to a request's own transaction, in microseconds.
 
         Pairs of transactions, alternating: the request's own statement (an UPDATE of
@@ -114,9 +182,11 @@ class Arcature(Peer):
         inside. ``call`` is the enqueue call alone, inside the open transaction;
         ``added`` is the whole transaction with it minus the one just before
         without, commit (and the NOTIFY and wake-up hint it sends) included.
+        ``enqueue`` replaces our ``enqueue()`` (the floor: the bare INSERT it sends).
         """
         from django.db import connection, transaction
 
+        call_enqueue: Callable[[int], object] = enqueue or self.job.enqueue
         with connection.cursor() as cursor:
             cursor.execute(
                 "CREATE TABLE IF NOT EXISTS peers_request_row (id int PRIMARY KEY, hits int)"
@@ -138,7 +208,7 @@ class Arcature(Peer):
                 with connection.cursor() as cursor:
                     cursor.execute("UPDATE peers_request_row SET hits = hits + 1 WHERE id = 1")
                 call_started = time.perf_counter()
-                self.job.enqueue(key + index)
+                call_enqueue(key + index)
                 call = time.perf_counter() - call_started
             with_enqueue = time.perf_counter() - started
             if index >= 20:  # the first pairs warm the path up

@@ -83,6 +83,11 @@ def test_ours_alone_measures_every_figure_and_writes_the_report(tmp_path: Path) 
         "copy_rate",
         "in_tx_call_p50_us",
         "in_tx_added_p99_us",
+        "floor_single",
+        "floor_single_any",
+        "floor_in_tx_added_p50_us",
+        "floor_pickup_ms",
+        "floor_pickup_claim_ms",
     ):
         value = ours[figure]
         assert isinstance(value, float), (figure, ours)
@@ -93,6 +98,8 @@ def test_ours_alone_measures_every_figure_and_writes_the_report(tmp_path: Path) 
     assert "load average before" in report
     assert "did not run" not in report
     assert "## Goals" in report
+    assert "physical limit on this machine, this run" in report
+    assert "INSERT + NOTIFY, LISTEN, one-statement claim:" in report
     # The raw results are kept beside it, and render to the same page.
     again = tmp_path / "again.md"
     render = ["--render", str(tmp_path / "peers.json"), "--out", str(again)]

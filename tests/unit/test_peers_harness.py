@@ -281,6 +281,41 @@ def test_a_timed_out_drain_is_said_in_peers_md() -> None:
     assert "run in time" not in peers.report(full)
 
 
+def test_each_goal_stands_beside_its_physical_limit_and_one_the_limit_misses_is_out_of_reach() -> (
+    None
+):
+    record = copy.deepcopy(_record())
+    ours = record["results"][0]
+    ours.update(
+        floor_pickup_ms=2.0,
+        floor_pickup_commit_ms=1.2,
+        floor_pickup_delivery_ms=0.1,
+        floor_pickup_claim_ms=0.5,
+        floor_single=2_000.0,  # 1.11x pgqueuer's 1,800/s: 1.25x is out of reach
+        floor_single_any=2_400.0,
+        floor_in_tx_added_p50_us=90.0,  # the INSERT alone would meet 150 µs
+    )
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line for line in peers.goals(ours, record["results"])
+    }
+    pickup = rows["idle pickup p50 <= 1.5 ms"]
+    assert "2.00 ms (commit 1.20, delivery 0.10, claim 0.50); ours 1.0 ms above it" in pickup
+    assert pickup.endswith("| no: out of reach (the limit misses it too) |")
+    single = rows["one-by-one enqueue >= 1.25x the fastest PostgreSQL peer"]
+    assert "our row, bare INSERT 2,000/s: 1.11x" in single
+    assert single.endswith("| no: out of reach (the limit misses it too) |")
+    # COPY at 62,000/s is 2.07x pgqueuer's bulk: reachable, so a plain "no".
+    bulk = rows["bulk enqueue >= 1.5x the fastest PostgreSQL peer"]
+    assert "`COPY` of the same rows 62,000/s: 2.07x" in bulk
+    assert bulk.endswith("| no |")
+    assert rows["in-transaction enqueue p50 <= 150 µs"].endswith(
+        "| our row's bare INSERT adds 90 µs | yes |"
+    )
+    # A run without the limits (an older peers.json) still renders, with a dash.
+    bare = peers.goals(_record()["results"][0], _record()["results"])
+    assert any(line.endswith("| 3.0 ms | — | no |") for line in bare)
+
+
 def test_the_repository_readme_shows_the_saved_run() -> None:
     """README.md's peer table is the rendering of benchmarks/peers.json, so its
     figures are those of the run on benchmarks/peers.md (rewrite it with
