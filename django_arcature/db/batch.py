@@ -465,8 +465,19 @@ def _build_json_sql(
     if alone:
         assert members is not None
         member_table, member_column, _ = members
-        # `m` is read once, by the anti-join and by the final SELECT alike (a CTE is
+        # `m` is read once, by the key list and by the final SELECT alike (a CTE is
         # evaluated once per statement), so each row's member probe runs one time.
+        # The members leave the key list itself (EXCEPT ALL), not the join: as an
+        # anti-join of ``v`` with ``m`` the planner counted on one row left, looked
+        # the job table up once per row with the whole key list in the same index
+        # condition (PostgreSQL 15 descends once per element: 200 x 200 descents a
+        # flush of 200), and the drain's server CPU per completion doubled
+        # (benchmarks/drain_steps.py: 27-38 -> 67-71 us). The key list alone, one
+        # index scan hashed against ``v``, is planned so on every statistics.
+        plain_by_key = (
+            f"AND {table}.{qn('id')} = ANY(ARRAY("
+            f"SELECT arcature_id FROM v EXCEPT ALL SELECT arcature_id FROM m))"
+        )
         # The probe is a LATERAL subquery with LIMIT 1, which the planner cannot turn
         # into a join: one primary-key probe per row. As ``EXISTS`` it was planned as
         # a hash semi-join reading the whole node table (a sequential scan of 20,000
@@ -478,10 +489,9 @@ def _build_json_sql(
             f"(SELECT 1 FROM {qn(member_table)} AS arcature_m "
             f"WHERE arcature_m.{qn(member_column)} = v.arcature_id LIMIT 1) AS arcature_hit), "
             f"u AS (UPDATE {table} SET {', '.join(assignments)} FROM v "
-            f"WHERE {table}.{qn('id')} = v.arcature_id {by_key} "
+            f"WHERE {table}.{qn('id')} = v.arcature_id {plain_by_key} "
             f"AND {table}.{qn('claim_token')} = v.arcature_token "
             f"AND {table}.{qn('status')} = v.arcature_status "
-            f"AND NOT EXISTS (SELECT 1 FROM m WHERE m.arcature_id = v.arcature_id) "
             f"RETURNING {table}.{qn('id')}) "
             f"SELECT u.{qn('id')}, false FROM u UNION ALL SELECT m.arcature_id, true FROM m"
         )

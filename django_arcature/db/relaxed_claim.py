@@ -41,9 +41,9 @@ from typing import Any
 
 from django_arcature.conf import get_settings
 
-#: Joined into the claim's ``UPDATE … FROM``: a one-row subquery PostgreSQL cannot
+#: The claim's ``UPDATE … FROM``: a one-row subquery PostgreSQL cannot
 #: flatten (its target list is volatile), so it runs once, within the statement.
-RELAX_COMMIT_FROM = ", (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed_commit"
+RELAX_COMMIT_FROM = "(SELECT set_config('synchronous_commit', 'off', true)) AS relaxed_commit"
 
 
 def relax_claim_commit(connection: Any) -> str:

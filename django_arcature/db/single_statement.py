@@ -37,8 +37,8 @@ def claim_with_cte(
 
     With ``recheck`` (SQLite, which has no row locks) the outer ``status =
     'pending'`` re-check is the compare-and-set that makes a stale pick claim
-    nothing. Without it (PostgreSQL) the picked rows are joined on the primary key
-    and nothing else: ``FOR UPDATE`` already re-evaluated the CTE's ``WHERE`` on each
+    nothing. Without it (PostgreSQL) the picked rows are found by primary key and
+    nothing else: ``FOR UPDATE`` already re-evaluated the CTE's ``WHERE`` on each
     row as it locked it, and the row stays locked, so still pending, until this
     statement commits. Given an outer ``status = 'pending'``, PostgreSQL may instead
     reach the rows through a status index, walking every pending row and comparing it
@@ -46,10 +46,10 @@ def claim_with_cte(
     finished jobs) call that cheap: 187 ms a claim with 3,000,000 finished and 20,000
     pending rows, instead of under 1 ms (benchmarks/scale.md).
 
-    ``also_from`` (PostgreSQL only, without ``recheck``) is joined into the
-    UPDATE's ``FROM``: a one-row subquery evaluated once per statement, which is
-    how :mod:`.relaxed_claim` turns the claim's own commit asynchronous without a
-    round trip of its own.
+    ``also_from`` (PostgreSQL only, without ``recheck``) is the UPDATE's whole
+    ``FROM``: a one-row subquery evaluated once per statement, which is how
+    :mod:`.relaxed_claim` turns the claim's own commit asynchronous without a round
+    trip of its own.
     """
     if recheck:
         params: list[Any] = ["pending", *(queues or ()), *exclude, batch, "running"]
@@ -132,15 +132,18 @@ def _claim_sql(qn: Any, shape: _Shape) -> str:
         target = f"WHERE {qn('id')} IN (SELECT {qn('id')} FROM picked) AND +{qn('status')} = %s"
         prefix = ""
     else:
-        # The ``= ANY(ARRAY(…))`` repeats the join's condition as a key the target scan
-        # can search (the CTE stays materialized: one pick, read twice). Without it,
-        # statistics an ANALYZE took of a drained table ("pages, no rows") make the
-        # job table one row to the planner, which then walked the whole primary key
-        # against the picked ids: 760 ms a claim of 200 beside 10,000 pending fan-out
-        # nodes instead of 13 ms (tests/integration/test_plans.py, "analysed empty").
+        # The picked ids as one key list, ``= ANY(ARRAY(…))``, and no join with
+        # ``picked``: the target scan searches the primary key once for all of them
+        # whatever the statistics. Joined, statistics an ANALYZE took of a drained
+        # table ("pages, no rows") made the job table one row to the planner, which
+        # then walked the whole primary key against the picked ids (760 ms a claim of
+        # 200 beside 10,000 pending fan-out nodes instead of 13 ms; tests/integration/
+        # test_plans.py, "analysed empty"); joined *and* keyed, on ordinary statistics
+        # each picked row's lookup carried the whole list in its index condition
+        # (PostgreSQL 15 descends once per element: 200 x 200 for a claim of 200).
         target = (
-            f"FROM picked{shape.also_from} WHERE {qn(table)}.{qn('id')} = picked.{qn('id')} "
-            f"AND {qn(table)}.{qn('id')} = ANY(ARRAY(SELECT {qn('id')} FROM picked))"
+            f"{'FROM ' + shape.also_from + ' ' if shape.also_from else ''}"
+            f"WHERE {qn(table)}.{qn('id')} = ANY(ARRAY(SELECT {qn('id')} FROM picked))"
         )
         prefix = f"{qn(table)}."
     # SQLite: the unary + keeps ``available_at`` out of the index search. With

@@ -258,9 +258,15 @@ def test_the_generic_plan_of_the_claim_reaches_its_rows_by_index() -> None:
     assert job_reads, shape
     assert all(n["Node Type"] != "Seq Scan" for n in job_reads), shape
     targets = [n for n in job_reads if n.get("Alias") == TABLE]
-    assert [(n["Node Type"], n["Index Name"]) for n in targets] == [
-        ("Index Scan", f"{TABLE}_pkey")
-    ], shape
+    assert len(targets) == 1, shape
+    (target,) = targets
+    if target["Node Type"] == "Bitmap Heap Scan":  # the key searched for all ids at once
+        (target,) = target["Plans"]
+        assert target["Node Type"] == "Bitmap Index Scan", shape
+    else:
+        assert target["Node Type"] == "Index Scan", shape
+    assert target["Index Name"] == f"{TABLE}_pkey", shape
+    assert "Index Cond" in target, shape
     picks = [n for n in job_reads if n.get("Alias") != TABLE]
     assert picks, shape
     assert all(n.get("Index Name", "").startswith("arcature_claim_") for n in picks), shape
