@@ -71,6 +71,20 @@ def explained(
     return plans
 
 
+def explained_after(
+    using: str, call: Callable[[], object], wanted: Callable[[str], bool]
+) -> list[tuple[Statement, Any]]:
+    """Plans of the statements ``call`` sends that ``wanted(sql)`` selects, explained
+    once it has returned, for a call that sends them only outside a transaction (in
+    autocommit), where :func:`explained`'s enclosing transaction would change them.
+    The call's writes stay; the plans see the statistics, not the rows it changed."""
+    connection = connections[using]
+    assert connection.get_autocommit()
+    assert not connection.in_atomic_block
+    sent = [s for s in capture(using, call) if wanted(s.sql)]
+    return [(s, _explain(connection, s.sql, s.params, analyze=False)) for s in sent]
+
+
 def _explain(connection: Any, sql: str, params: Any, *, analyze: bool) -> Any:
     vendor = connection.vendor
     with connection.cursor() as cursor:
@@ -94,6 +108,20 @@ def pg_nodes(plan: Any) -> Iterator[dict[str, Any]]:
         node = stack.pop()
         yield node
         stack.extend(reversed(node.get("Plans", [])))
+
+
+def pg_primary_key_search(node: dict[str, Any], table: str, shape: Any) -> dict[str, Any]:
+    """The search that finds a target scan's rows, checked to be one of ``table``'s
+    primary key by its ids (``Index Cond``), not a walk of the whole key: the index
+    scan itself, or a bitmap heap scan's bitmap index scan (all ids at once)."""
+    if node["Node Type"] == "Bitmap Heap Scan":
+        (node,) = node["Plans"]
+        assert node["Node Type"] == "Bitmap Index Scan", shape
+    else:
+        assert node["Node Type"] == "Index Scan", shape
+    assert node["Index Name"] == f"{table}_pkey", shape
+    assert "Index Cond" in node, shape
+    return node
 
 
 def pg_text(using: str, sql: str, params: Any, *, analyze: bool = True) -> str:

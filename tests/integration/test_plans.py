@@ -31,7 +31,15 @@ from django_arcature.db import ClaimedJob
 from django_arcature.managers import Completion
 from django_arcature.models import Job
 from tests.integration.conftest import MakeJobs
-from tests.plans import Statement, explained, finished_rows_sql, mysql_tables, pg_nodes
+from tests.plans import (
+    Statement,
+    explained,
+    explained_after,
+    finished_rows_sql,
+    mysql_tables,
+    pg_nodes,
+    pg_primary_key_search,
+)
 
 # MariaDB's ANALYZE TABLE commits the open transaction: each test leaves a clean table.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,15 +138,9 @@ def assert_pg_shape(statement: Statement, plan: Any, *, by_pk: bool) -> None:
     targets = [n for n in pg_job_scans(plan) if n.get("Alias") == TABLE]
     assert targets, shape
     for node in targets:
-        if node["Node Type"] == "Bitmap Heap Scan":  # the key searched for all ids at once
-            (node,) = node["Plans"]
-            assert node["Node Type"] == "Bitmap Index Scan", shape
-        else:
-            assert node["Node Type"] == "Index Scan", shape
-        assert node["Index Name"] == f"{TABLE}_pkey", shape
         # By the picked ids: not a walk of the whole key, each row compared with the
         # picked ones (the join of a table the statistics call empty).
-        assert "Index Cond" in node, shape
+        pg_primary_key_search(node, TABLE, shape)
 
 
 def assert_mysql_shape(statement: Statement, plan: Any, *, by_pk: bool) -> None:
@@ -236,15 +238,12 @@ def test_single_fenced_writes_reach_their_row_by_primary_key(big_table: list[Cla
 
 
 def pg_target_conditions(plan: Any) -> list[str]:
-    """The index conditions of the scans that find the rows the UPDATE changes."""
-    conditions = []
-    for node in pg_job_scans(plan):
-        if node.get("Alias") != TABLE:
-            continue
-        if node["Node Type"] == "Bitmap Heap Scan":
-            (node,) = node["Plans"]
-        conditions.append(str(node.get("Index Cond", "")))
-    return conditions
+    """The primary-key conditions of the scans that find the rows the UPDATE changes."""
+    return [
+        str(pg_primary_key_search(node, TABLE, plan)["Index Cond"])
+        for node in pg_job_scans(plan)
+        if node.get("Alias") == TABLE
+    ]
 
 
 def assert_keys_searched_once(
@@ -260,7 +259,7 @@ def assert_keys_searched_once(
     statement sent only there), and its statements are explained after it; ``expect``
     is a word the statement that matters must contain.
     """
-    found = plans_in_autocommit(call) if in_autocommit else plans_of(call, updates)
+    found = explained_after("default", call, updates) if in_autocommit else plans_of(call, updates)
     assert any(expect in statement.sql for statement, _ in found), [s.sql for s, _ in found]
     for statement, plan in found:
         conditions = pg_target_conditions(plan)
@@ -270,28 +269,6 @@ def assert_keys_searched_once(
             # A per-row lookup names the joined row: ``v.arcature_id`` or ``picked.id``.
             assert "arcature_id" not in condition, condition
             assert "picked" not in condition, condition
-
-
-def plans_in_autocommit(call: Callable[[], object]) -> list[tuple[Statement, Any]]:
-    sent: list[Statement] = []
-
-    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if not many and updates(sql):
-            sent.append(Statement(sql, params))
-        return execute(sql, params, many, context)
-
-    assert connection.get_autocommit()
-    assert not connection.in_atomic_block
-    with connection.execute_wrapper(capture):
-        call()
-    plans = []
-    with connection.cursor() as cursor:
-        for statement in sent:
-            cursor.execute(f"EXPLAIN (FORMAT JSON) {statement.sql}", statement.params)
-            plan = cursor.fetchone()[0]
-            plans.append((statement, json.loads(plan) if isinstance(plan, str) else plan))
-    assert plans, "the call sent no statement to explain"
-    return plans
 
 
 @pytest.mark.only_on("postgresql", reason="the key list is PostgreSQL's statement shape")
