@@ -129,6 +129,7 @@ HEAVY_ELSEWHERE: dict[str, str] = {
         "the server's plan of hand-written SQL on stale statistics (10,000-node fan-out)"
     ),
     "integration/test_claim_race.py": "threads racing the hand-written claim SQL on one table",
+    "integration/test_plans.py": "the server's plans of the hand-written hot statements (EXPLAIN)",
     "integration/test_admin_workflows.py::"
     "test_batch_cancel_racing_member_completions_counts_each_member_once": (
         "a race of row locks between a cancel and completions, four rounds"
