@@ -17,13 +17,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: What this process's environment may set that would change the collection asked for.
+INHERITED_SWITCHES = {"DATABASE_URL", "CI", "ARCATURE_RUN_NO_DATABASE_SUITES"}
 
 
 def collect(
     database: str, *paths: str, env_extra: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {
-        **{k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CI"}},
+        **{k: v for k, v in os.environ.items() if k not in INHERITED_SWITCHES},
         "ARCATURE_TEST_DB": database,
         "ARCATURE_DB_NAME": "arcature_collect_only",
         **(env_extra or {}),
@@ -69,6 +71,18 @@ def test_the_no_database_suites_are_not_collected_on_the_servers_and_it_says_so(
         assert collected(done.stdout) == [], done.stdout
         assert f"not collected on {vendor}:" in done.stdout, done.stdout
         assert "uses no database (tests/unit, tests/architecture)" in done.stdout
+
+
+def test_an_environment_without_sqlite_can_collect_the_no_database_suites_on_its_server() -> None:
+    """Django 6.0 runs on PostgreSQL alone (tox.ini): its unit and architecture suites
+    are collected there when ``ARCATURE_RUN_NO_DATABASE_SUITES=1``, and not otherwise."""
+    paths = ("tests/unit/test_decide.py", "tests/architecture/test_public_api.py")
+    done = collect("postgres", *paths, env_extra={"ARCATURE_RUN_NO_DATABASE_SUITES": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = collected(done.stdout)
+    assert any(name.startswith("tests/unit/test_decide.py::") for name in names)
+    assert any(name.startswith("tests/architecture/test_public_api.py::") for name in names)
+    assert "uses no database (tests/unit, tests/architecture)" not in done.stdout
 
 
 def test_every_heavy_elsewhere_key_still_names_a_test() -> None:
