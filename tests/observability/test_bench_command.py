@@ -19,6 +19,7 @@ import pytest
 from django.db import connection
 
 from django_arcature.bench.jobs import TASK
+from django_arcature.bench.measure import PICKUP_STEPS
 from django_arcature.models import Job, JobStatus
 from tests.dburl import database_url
 
@@ -112,7 +113,7 @@ def test_table_output() -> None:
     assert lines[0].startswith(f"django-arcature on {connection.vendor}")
     assert lines[1].startswith("load average: ")
     labels = [re.split(r"\s{2,}", line.strip())[0] for line in lines[2:]]
-    assert labels[:11] == [
+    assert labels[:9] == [
         "enqueue, one by one",
         "enqueue in a transaction p50 / p99",
         "enqueue, bulk",
@@ -122,10 +123,12 @@ def test_table_output() -> None:
         "CPU per job, 2 worker processes",
         "idle pickup p50 / p95",
         "to the handler thread",
-        "enqueue_python p50",
-        "enqueue_commit p50",
     ]
-    assert labels[-1] == "hand_off p50"
+    # The break-down's steps, one line each, in order. When every sample was woken by
+    # the worker's poll (a missed hint on a loaded machine, as the JSON test above
+    # allows) there are no steps to show, and no step line at all.
+    steps = [f"{name} p50" for name, _, _ in PICKUP_STEPS]
+    assert labels[9:] in (steps, []), labels
     assert "measuring: drain with 2" in done.stderr  # progress goes to stderr
 
 
