@@ -60,17 +60,9 @@ def url_for(db: str, name: str) -> str:
 
 
 def child(db: str, name: str, phase: str, options: argparse.Namespace) -> dict[str, Any]:
-    os.environ["DATABASE_URL"] = url_for(db, name)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
-    from benchmarks.run import ensure_database
+    from benchmarks.run import boot
 
-    ensure_database(os.environ["DATABASE_URL"])
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    boot(url_for(db, name))
     return Scale(db, name, options).run(phase)
 
 

@@ -148,17 +148,9 @@ def main() -> None:
     parser.add_argument("--profile", default="", help="cProfile statistics of the writes, to")
     parser.add_argument("--url", default=DEFAULT_URL, help="the benchmark's database")
     options = parser.parse_args()
-    os.environ["DATABASE_URL"] = options.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
-    from benchmarks.run import ensure_database
+    from benchmarks.run import boot
 
-    ensure_database(options.url)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    boot(options.url)
     print(
         json.dumps(
             measure(options.jobs, options.batch, options.flush, options.kind, options.profile)

@@ -546,17 +546,9 @@ def overlap(ours: Ours, batch: int, calls: int) -> dict[str, Any]:
 def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
     global BATCH
     BATCH = options.batch
-    os.environ["DATABASE_URL"] = URLS[db]
-    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
-    from benchmarks.run import ensure_database
+    from benchmarks.run import boot
 
-    ensure_database(URLS[db])
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    boot(URLS[db])
     ours = Ours()
     ours.run(BATCH * 2)  # warm up
     result: dict[str, Any] = {"db": db, "batch": BATCH, "load_before": load_average()}

@@ -174,17 +174,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="each way once per round")
     parser.add_argument("--url", default=DEFAULT_URL, help="the benchmark's database")
     options = parser.parse_args()
-    os.environ["DATABASE_URL"] = options.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.workflow_settings"
-    from benchmarks.run import ensure_database
+    from benchmarks.run import boot
 
-    ensure_database(options.url)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    boot(options.url, "benchmarks.workflow_settings")
     print(json.dumps(measure(options.nodes, options.flush, options.rounds), indent=1))
 
 

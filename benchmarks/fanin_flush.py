@@ -222,17 +222,9 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="plain jobs, claimed the same way")
     parser.add_argument("--url", default=DEFAULT_URL, help="the benchmark's database")
     options = parser.parse_args()
-    os.environ["DATABASE_URL"] = options.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.workflow_settings"
-    from benchmarks.run import ensure_database
+    from benchmarks.run import boot
 
-    ensure_database(options.url)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    boot(options.url, "benchmarks.workflow_settings")
     result = measure(
         options.nodes,
         options.flush,

@@ -78,20 +78,29 @@ def ensure_database(url: str) -> None:
         conn.close()
 
 
-def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
-    os.environ["DATABASE_URL"] = URLS[db]
-    if db.startswith("pgbouncer"):
-        os.environ["ARCATURE_PGBOUNCER"] = "1"
-    if db == "pgbouncer-listen":
-        os.environ["ARCATURE_BENCH_LISTEN_URL"] = URLS["postgres"]
-    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
-    ensure_database(URLS[db])
+def boot(url: str, settings: str = "benchmarks.settings") -> None:
+    """Django set up on the benchmark's database ``url`` (created if missing), migrated.
+
+    For a benchmark's own process, before it imports anything of Django's: the
+    settings module reads ``DATABASE_URL``, set here.
+    """
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
+    ensure_database(url)
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
+    if db.startswith("pgbouncer"):
+        os.environ["ARCATURE_PGBOUNCER"] = "1"
+    if db == "pgbouncer-listen":
+        os.environ["ARCATURE_BENCH_LISTEN_URL"] = URLS["postgres"]
+    boot(URLS[db])
     bench = Bench(db, options)
     return bench.run()
 

@@ -77,18 +77,9 @@ def percentile(ordered: list[float], pct: float) -> float:
 
 
 def child(db: str, options: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.run import ensure_database
+    from benchmarks.run import boot
 
-    url = options.url or SERVERS[db].format(name=options.db_name)
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    ensure_database(url)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    boot(options.url or SERVERS[db].format(name=options.db_name), SETTINGS)
     return WorkflowBench(db, options).run()
 
 
