@@ -13,27 +13,31 @@ committed, and is not settled again when it is recognised. Every step is one or
 two indexed statements, and nothing is read when the finished jobs are not nodes
 (one primary-key lookup per transaction).
 
-**Fan-in without a hot counter.** Each upstream completion writes only the edges
-that leave its own job. Deciding on a dependent needs to see every sibling's
-edge, so the dependent's job row is locked (``SELECT … FOR UPDATE``, in id order)
-as the transaction's last step, and its edges are read after the lock: under READ
-COMMITTED (PostgreSQL, and Django's MySQL/MariaDB default) that read sees every
-sibling that committed before the lock was granted, and a sibling still in flight
-waits for this one, then sees its edge. SQLite runs one writer at a time. The
-release itself is a compare-and-set on ``status = 'waiting'``, so a dependent moves
-once however many siblings look at it.
+**Edges are read, never written, when they are decided.** An upstream finishes
+once per life (its completion is fenced), and its outcome decides every edge
+leaving it: ``edge_states`` derives an edge stored ``open`` from its upstream's
+status. Writing each one had been a fan-in node's largest cost (a non-HOT row
+version in every index of the edge table, about six WAL records an edge). A
+completion reads the edges leaving its jobs (``_open_edges``) and decides each
+still-waiting dependent:
 
-**Fan-out without the probe, and without writing the edge.** An edge that is the
-only one into its dependent (``WorkflowEdge.sole``, fixed when the workflow is
-built) is decided by exactly one completion, that of its upstream (fenced: a job
-finishes once per life). No sibling exists to wait for, so the dependent is locked
-(in id order) and released in one statement, a compare-and-set on ``waiting``,
-without reading its edges back. When it is met the edge is not even written: the
-dependent's own row going ``waiting`` → ``pending`` in that transaction says it,
-and ``edge_states`` derives it for readers from the upstream's status (a requeue
-of that upstream writes it first, ``resume``). That is every dependent of a wide
-fan-out's root: 10,000 edge rows it no longer rewrites, each a new version in every
-index of the edge table.
+- an edge that is the only one into its dependent (``WorkflowEdge.sole``, fixed
+  when the workflow is built) and met: the dependent is locked (in id order) and
+  released in one statement, a compare-and-set on ``waiting``. That is every
+  dependent of a wide fan-out's root.
+- an edge its dependent's ``when`` does not accept: the dependent is cancelled,
+  naming that upstream, and the cascade goes on from it.
+- otherwise (a fan-in): the dependent's job row is locked (``SELECT … FOR
+  UPDATE``, in id order) and the edges met here are taken off its count of open
+  edges (``WorkflowNode.open_upstreams``), one ``UPDATE`` per dependent and
+  flush. Every sibling's completion takes that lock before it counts, so of two
+  finishing at once the second starts from the first's count (under READ
+  COMMITTED an ``UPDATE`` reads the newest committed row; SQLite runs one writer
+  at a time), and exactly one sees zero and releases the dependent.
+
+A requeue of a finished upstream (``resume``) writes the edges its outcome decided
+into dependents already released, reopens the others, and counts the open edges
+of the waiting ones again.
 """
 
 from __future__ import annotations
@@ -209,17 +213,15 @@ def _cascade(
     frontier: dict[uuid.UUID, str],
     before: list[tuple[str, list[Any]]] | None = None,
 ) -> tuple[list[uuid.UUID], dict[uuid.UUID, tuple[uuid.UUID, str]], set[uuid.UUID]]:
-    """Mark the edges leaving ``frontier``, then decide each still-waiting dependent.
+    """Decide the still-waiting dependents of ``frontier`` (job id → outcome), round by round.
 
-    ``before``: statements to send with the first edge UPDATE, in the same round
+    ``before``: statements to send with the first read of edges, in the same round
     trip (emptied once sent).
 
     Returns the nodes released, the nodes cancelled (id → (workflow, outcome)) and
     the workflows left with a node this transaction saw unfinished (released or
     still waiting): those cannot have finished, so their counters are not checked.
     """
-    m = _models()
-    edges = m.WorkflowEdge.objects.using(using)
     released: list[uuid.UUID] = []
     cancelled: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
     # A node undecided in one round may be cancelled by a later one: whether its
@@ -228,67 +230,61 @@ def _cascade(
     still_waiting: set[tuple[uuid.UUID, uuid.UUID]] = set()
     workflows: dict[uuid.UUID, uuid.UUID] = {}
     while frontier:
-        # One statement per outcome marks this round's edges and, where the database
-        # has UPDATE … RETURNING, names their dependents: only a transaction that
-        # changed one of a dependent's edges can be the one to decide it.
+        # The open edges leaving this round's jobs, read, never written: each is
+        # decided by its upstream's outcome, which ``edge_states`` derives for readers.
         workflow_of: dict[uuid.UUID, uuid.UUID] = {}
         sole_met: list[uuid.UUID] = []
-        for outcome in sorted(set(frontier.values())):
-            ups = [job_id for job_id, o in frontier.items() if o == outcome]
-            marked, sole = _mark_edges(using, ups, outcome, before)
-            workflow_of.update(marked)
-            sole_met.extend(sole)
+        met: Counter[uuid.UUID] = Counter()
+        unmet_edge: dict[uuid.UUID, tuple[int, uuid.UUID]] = {}
+        for edge_id, up, down, workflow, sole, when in _open_edges(using, list(frontier), before):
+            workflow_of[down] = workflow
+            if when not in MET_BY[frontier[up]]:
+                # Of two unmet edges into one dependent, the first built names the reason.
+                if down not in unmet_edge or edge_id < unmet_edge[down][0]:
+                    unmet_edge[down] = (edge_id, up)
+            elif sole:
+                sole_met.append(down)
+            else:
+                met[down] += 1
         if not workflow_of:
             break
         workflows.update(workflow_of)
         # A dependent whose only edge this transaction just found met is ready: only
         # its upstream's completion, this one, decides that edge, so there is nothing
-        # to probe. Released by a compare-and-set on ``waiting`` (an operator may have
+        # to count. Released by a compare-and-set on ``waiting`` (an operator may have
         # cancelled it), in id order. This is the wide fan-out's case: its root
         # releases 10,000 dependents here.
         if sole_met:
             ready_alone = _release_sole(using, model, sole_met)
             released.extend(ready_alone)
             busy_nodes.update(ready_alone)
-        shared = set(workflow_of).difference(sole_met)
-        if not shared:
+        unmet = {down: up for down, (_, up) in unmet_edge.items()}
+        deciding = sorted(set(met) | set(unmet))
+        if not deciding:
             break
         # Locked in id order, so two transactions deciding on the same dependents
-        # queue up instead of deadlocking. (The sole dependents above were locked by
-        # this transaction only: no other completion ever decides them.)
-        waiting, flags = _lock_and_probe(using, model, sorted(shared))
-        if not waiting:
-            break
-        undecided: set[uuid.UUID] = set()
-        ruled_out: list[uuid.UUID] = []
-        for job_id, has_open, has_unmet in flags:
-            if has_open:
-                undecided.add(job_id)
-            if has_unmet:
-                ruled_out.append(job_id)
-        unmet: dict[uuid.UUID, uuid.UUID] = {}
-        if ruled_out:
-            for down, up in (
-                edges.filter(downstream_id__in=ruled_out, state=m.EdgeState.UNMET)
-                .order_by("id")
-                .values_list("downstream_id", "upstream_id")
-            ):
-                # The upstream this round finished names the reason when it is one.
-                if down not in unmet or (up in frontier and unmet[down] not in frontier):
-                    unmet[down] = up
-        undecided -= set(unmet)
-        ready = [job_id for job_id in waiting if job_id not in undecided and job_id not in unmet]
+        # queue up instead of deadlocking; the open counts are then taken down under
+        # those locks. (The sole dependents above were locked by this transaction
+        # only: no other completion ever decides them.)
+        decrements = {down: count for down, count in met.items() if down not in unmet}
+        waiting, left = _lock_and_count(using, model, deciding, decrements)
+        unmet = {down: up for down, up in unmet.items() if down in waiting}
+        ready = [down for down in waiting if down not in unmet and left.get(down, 1) <= 0]
         if ready:
             _release(using, model, ready)
             released.extend(ready)
         busy_nodes.update(ready)
-        still_waiting.update((job_id, workflow_of[job_id]) for job_id in undecided)
+        still_waiting.update(
+            (down, workflow_of[down])
+            for down in waiting
+            if down not in unmet and left.get(down, 1) > 0
+        )
         frontier = {}
         if unmet:
             cancel_for_upstream(using, model, unmet)
             frontier = dict.fromkeys(unmet, CANCELLED)
             # Let go because of an upstream's outcome: finished, neither died nor cancelled.
-            cancelled.update({job_id: (workflow_of[job_id], "") for job_id in unmet})
+            cancelled.update({down: (workflow_of[down], "") for down in unmet})
     busy = {workflows[job_id] for job_id in busy_nodes}
     busy.update(workflow for job_id, workflow in still_waiting if job_id not in cancelled)
     return released, cancelled, busy
@@ -364,24 +360,21 @@ def _updates_returning(connection: Any) -> bool:
     return False
 
 
-def _mark_edges(
-    using: str,
-    ups: list[uuid.UUID],
-    outcome: str,
-    before: list[tuple[str, list[Any]]] | None = None,
-) -> tuple[dict[uuid.UUID, uuid.UUID], list[uuid.UUID]]:
-    """Mark the open edges leaving ``ups`` met or unmet: their dependent → workflow,
-    and the dependents whose only edge (``sole``) is one of those now met.
+def _open_edges(
+    using: str, ups: list[uuid.UUID], before: list[tuple[str, list[Any]]] | None = None
+) -> list[tuple[int, uuid.UUID, uuid.UUID, uuid.UUID, bool, str]]:
+    """The edges leaving ``ups`` still stored ``open``: (edge id, upstream, dependent,
+    workflow, sole, the dependent's ``when``).
 
-    Met where the dependent's ``when`` accepts ``outcome``. A sole edge that is met
-    is *not written*: its dependent's own row going ``waiting`` → ``pending`` in
-    this transaction says it (``edge_states`` derives it for readers), and writing
-    it was half the server's work of a wide fan-out's root (10,000 edge rows, each
-    a new version in every index of the table). Those edges are read instead. The
-    others are marked by one ``UPDATE``, with ``RETURNING`` where the database has
-    it; on MariaDB one ``SELECT`` before it reads both kinds, still open. ``before``
-    (PostgreSQL with client-side binding only) are statements without results sent
-    ahead of them in the same query, then emptied.
+    Only read. An upstream finishes once per life (its completion is fenced), and
+    its edges stay stored ``open`` when it decides them: its own status says how
+    (``edge_states``). Stored ``met`` or ``unmet`` are those that ``resume`` wrote
+    before that upstream lived again (their dependent was already released), and
+    those decided before migration 0020: both were decided, and are not read here.
+    Nothing else writes these rows while the upstream's own row is locked by this
+    transaction (a requeue locks it first). ``before`` (PostgreSQL with
+    client-side binding only) are statements without results sent ahead of this one
+    in the same query, then emptied.
     """
     m = _models()
     connection = connections[using]
@@ -392,66 +385,29 @@ def _mark_edges(
     where, params = keyed_id_list(connection, qn("upstream_id"), ups) or _id_list(
         connection, qn("upstream_id"), ups
     )
-    met_by = MET_BY[outcome]
-    accepts = f"{qn('when')} IN ({', '.join(['%s'] * len(met_by))})"
-    sole_met_here = f"{qn('sole')} AND {accepts}"
-    sql = (
-        f"UPDATE {edge} SET {qn('state')} = CASE WHEN {accepts} THEN %s ELSE %s END "
-        f"WHERE {where} AND {qn('state')} = %s AND NOT ({sole_met_here})"
+    columns = ", ".join(
+        qn(c) for c in ("id", "upstream_id", "downstream_id", "workflow_id", "sole", "when")
     )
-    args = [*met_by, m.EdgeState.MET, m.EdgeState.UNMET, *params, m.EdgeState.OPEN, *met_by]
-    columns = f"{qn('downstream_id')}, {qn('workflow_id')}, {qn('sole')}, {qn('state')}"
-    sole_sql = (
-        f"SELECT {columns} FROM {edge} WHERE {where} AND {qn('state')} = %s AND {sole_met_here}"
-    )
-    sole_args = [*params, m.EdgeState.OPEN, *met_by]
+    sql = f"SELECT {columns} FROM {edge} WHERE {where} AND {qn('state')} = %s"
+    args = [*params, m.EdgeState.OPEN]
     with connection.cursor() as cursor:
-        if _one_round_trip(connection):
-            sent = before or []
+        sent = before or []
+        if sent and _one_round_trip(connection):
             cursor.execute(
-                "; ".join([*(text for text, _ in sent), sql + f" RETURNING {columns}", sole_sql]),
-                [*(value for _, values in sent for value in values), *args, *sole_args],
+                "; ".join([*(text for text, _ in sent), sql]),
+                [*(value for _, values in sent for value in values), *args],
             )
             for _ in sent:
                 cursor.nextset()
             sent.clear()
-            rows = cursor.fetchall()
-            cursor.nextset()
-            rows += cursor.fetchall()
-        elif _updates_returning(connection):
-            assert not before
-            cursor.execute(sql + f" RETURNING {columns}", args)
-            rows = cursor.fetchall()
-            cursor.execute(sole_sql, sole_args)
-            rows += cursor.fetchall()
         else:
-            # MariaDB (no RETURNING): the open edges are read before the UPDATE
-            # decides them, so the rows named are exactly those this statement
-            # decides (or, sole and met, leaves unwritten). Read after it, as
-            # ``state <> 'open'``, they included every edge decided earlier: after a
-            # rerun of a dead upstream, those into the dependents its death had
-            # released, each sent again to be locked and found not waiting. Only
-            # this completion writes these edges (its job row, which a requeue locks
-            # first, stays locked by it), so nothing changes them in between.
-            cursor.execute(
-                f"SELECT {columns}, {qn('when')} FROM {edge} WHERE {where} AND {qn('state')} = %s",
-                [*params, m.EdgeState.OPEN],
-            )
-            met, unmet_state = m.EdgeState.MET, m.EdgeState.UNMET
-            rows = [
-                (down, workflow, sole, met if when in met_by else unmet_state)
-                for down, workflow, sole, _, when in cursor.fetchall()
-            ]
+            assert not sent
             cursor.execute(sql, args)
-    workflow_of: dict[uuid.UUID, uuid.UUID] = {}
-    sole_met: list[uuid.UUID] = []
-    unmet = m.EdgeState.UNMET
-    for down, workflow, sole, state in rows:
-        down_id = as_uuid(down)
-        workflow_of[down_id] = as_uuid(workflow)
-        if sole and state != unmet:
-            sole_met.append(down_id)
-    return workflow_of, sole_met
+        rows = cursor.fetchall()
+    return [
+        (int(edge_id), as_uuid(up), as_uuid(down), as_uuid(workflow), bool(sole), when)
+        for edge_id, up, down, workflow, sole, when in rows
+    ]
 
 
 def _lock_waiting_sql(
@@ -527,34 +483,80 @@ def _release_sole(using: str, model: type[Job], ids: list[uuid.UUID]) -> list[uu
     return waiting
 
 
-def _lock_and_probe(
-    using: str, model: type[Job], ids: list[uuid.UUID]
-) -> tuple[list[uuid.UUID], list[tuple[uuid.UUID, bool, bool]]]:
-    """Lock those of ``ids`` still waiting (in id order), then probe their edges.
+def _lock_and_count(
+    using: str, model: type[Job], ids: list[uuid.UUID], decrements: Mapping[uuid.UUID, int]
+) -> tuple[list[uuid.UUID], dict[uuid.UUID, int]]:
+    """Lock those of ``ids`` still waiting (in id order), then take ``decrements`` (id →
+    edges this transaction met) off their open counts: the ids locked, and the counts
+    left of those decremented.
 
-    Two statements, the probe after the lock (``_edge_flags`` says why). On
-    PostgreSQL with client-side parameter binding (Django's default) both go in one
-    round trip: each statement of a multi-statement query takes its own snapshot
-    under READ COMMITTED, so the probe still reads what committed while the lock was
-    awaited, and the dependent's lock is held one round trip less. The probe's rows
-    are kept to those the lock statement returned (a row that became waiting between
-    the two is not ours to decide).
+    The count is taken down under the dependent's job-row lock, which every
+    completion deciding on it takes first: of two siblings finishing at once the
+    second waits for the first's commit, and its ``UPDATE`` then starts from the
+    first's count, so exactly one of them sees zero. Only locked rows are counted
+    down: a node that is not waiting keeps whatever count it had, and ``resume``
+    counts it again if it comes back. One ``UPDATE`` per distinct decrement (a
+    flush's dependents nearly always share one). On PostgreSQL with client-side
+    binding the lock and the updates go in one round trip, each update limited to
+    the rows the lock took (a later statement of one query sees them locked by it).
     """
+    m = _models()
     connection = connections[using]
-    id_list = _id_list(connection, connection.ops.quote_name("id"), ids)
+    qn = connection.ops.quote_name
+    node = qn(m.WorkflowNode._meta.db_table)
+    id_list = _id_list(connection, qn("id"), ids)
     lock_sql, lock_params = _lock_waiting_sql(connection, model, id_list)
+    by_amount: dict[int, list[uuid.UUID]] = {}
+    for down, amount in decrements.items():
+        by_amount.setdefault(amount, []).append(down)
+    left: dict[uuid.UUID, int] = {}
+
+    def update_sql(amount: int, downs: list[uuid.UUID]) -> tuple[str, list[Any]]:
+        where, params = _id_list(connection, qn("job_id"), sorted(downs))
+        return (
+            f"UPDATE {node} SET {qn('open_upstreams')} = {qn('open_upstreams')} - %s WHERE {where}",
+            [amount, *params],
+        )
+
     with connection.cursor() as cursor:
         if _one_round_trip(connection):
-            probe_sql, probe_params = _edge_flags_sql(connection, model, ids)
-            cursor.execute(f"{lock_sql}; {probe_sql}", [*lock_params, *probe_params])
+            job = qn(model._meta.db_table)
+            updates = []
+            for amount, downs in sorted(by_amount.items()):
+                sql, params = update_sql(amount, downs)
+                updates.append(
+                    (
+                        f"{sql} AND EXISTS (SELECT 1 FROM {job} j WHERE j.{qn('id')} = "
+                        f"{node}.{qn('job_id')} AND j.{qn('status')} = %s) "
+                        f"RETURNING {qn('job_id')}, {qn('open_upstreams')}",
+                        [*params, JobStatus.WAITING],
+                    )
+                )
+            cursor.execute(
+                "; ".join([lock_sql, *(sql for sql, _ in updates)]),
+                [*lock_params, *(v for _, values in updates for v in values)],
+            )
             waiting = [as_uuid(row[0]) for row in cursor.fetchall()]
-            cursor.nextset()
-            locked = set(waiting)
-            flags = [row for row in _flag_rows(cursor.fetchall()) if row[0] in locked]
-            return waiting, flags
+            for _ in updates:
+                cursor.nextset()
+                left.update((as_uuid(down), int(count)) for down, count in cursor.fetchall())
+            return waiting, left
         cursor.execute(lock_sql, lock_params)
         waiting = [as_uuid(row[0]) for row in cursor.fetchall()]
-    return waiting, (_edge_flags(using, model, waiting) if waiting else [])
+        locked = set(waiting)
+        counted = []
+        for amount, downs in sorted(by_amount.items()):
+            mine = [down for down in downs if down in locked]
+            if mine:
+                cursor.execute(*update_sql(amount, mine))
+                counted.extend(mine)
+        if counted:
+            where, params = _id_list(connection, qn("job_id"), counted)
+            cursor.execute(
+                f"SELECT {qn('job_id')}, {qn('open_upstreams')} FROM {node} WHERE {where}", params
+            )
+            left.update((as_uuid(down), int(count)) for down, count in cursor.fetchall())
+    return waiting, left
 
 
 def _one_round_trip(connection: Any) -> bool:
@@ -562,47 +564,6 @@ def _one_round_trip(connection: Any) -> bool:
     if connection.vendor != "postgresql":
         return False
     return not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
-
-
-def _edge_flags(
-    using: str, model: type[Job], ids: list[uuid.UUID]
-) -> list[tuple[uuid.UUID, bool, bool]]:
-    """Whether each dependent still has an open edge, or one that can no longer be met.
-
-    One statement, each EXISTS stopping at its first edge (index
-    arcature_edge_down_idx), so a completion of a wide fan-in probes instead of
-    reading every edge still open (quadratic over the fan-in), and the dependent's
-    lock, held from the statement before to the commit, is held one round trip less.
-    It must be its own statement, after the lock: a subquery of the locking
-    statement would read the edges as they were before that statement waited.
-    """
-    connection = connections[using]
-    sql, params = _edge_flags_sql(connection, model, ids)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return _flag_rows(cursor.fetchall())
-
-
-def _edge_flags_sql(
-    connection: Any, model: type[Job], ids: list[uuid.UUID]
-) -> tuple[str, list[Any]]:
-    m = _models()
-    qn = connection.ops.quote_name
-    job, edge = qn(model._meta.db_table), qn(m.WorkflowEdge._meta.db_table)
-    where, params = _id_list(connection, f"j.{qn('id')}", ids)
-    probe = (
-        f"SELECT 1 FROM {edge} e "
-        f"WHERE e.{qn('downstream_id')} = j.{qn('id')} AND e.{qn('state')} = %s"
-    )
-    sql = (
-        f"SELECT j.{qn('id')}, EXISTS({probe}), EXISTS({probe}) FROM {job} j "
-        f"WHERE {where} AND {_still_waiting(connection, 'j.' + qn('status'))}"
-    )
-    return sql, [m.EdgeState.OPEN, m.EdgeState.UNMET, *params, JobStatus.WAITING]
-
-
-def _flag_rows(rows: Iterable[Any]) -> list[tuple[uuid.UUID, bool, bool]]:
-    return [(as_uuid(job_id), bool(is_open), bool(unmet)) for job_id, is_open, unmet in rows]
 
 
 def _release(using: str, model: type[Job], ids: list[uuid.UUID]) -> None:
@@ -1082,9 +1043,10 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
     edges = m.WorkflowEdge.objects.using(using)
     if workflow_cancelled is not None:
         uncount_nodes(using, workflow_id, {job_id: "dead"})
-        # Its death met these (stored open, ``_mark_edges``) and nothing reopens them
-        # here: written met, or its next outcome would decide them again (unmet).
-        _write_sole_met(edges, [job_id])
+        # Its death decided these (stored open, read from its status) and nothing
+        # reopens them here: written as decided, so a reader does not take them for
+        # open while it runs again, and its next outcome leaves them as they are.
+        _write_decided(edges.filter(upstream_id=job_id), FAILED)
         return []  # a cancelled workflow stays cancelled; only this job runs again
     # Every node cancelled, directly or not, because of this one.
     cancelled: set[uuid.UUID] = set()
@@ -1104,12 +1066,20 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
         )
         cancelled |= level
     back: set[uuid.UUID] = {job_id}
+    returning: list[uuid.UUID] = []
     if cancelled:
         incoming: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-        for down, up, state in edges.filter(downstream_id__in=list(cancelled)).values_list(
-            "downstream_id", "upstream_id", "state"
-        ):
-            incoming.setdefault(down, []).append((up, state))
+        stored = list(
+            edges.filter(downstream_id__in=list(cancelled)).values_list(
+                "downstream_id", "upstream_id", "when", "state"
+            )
+        )
+        # Their upstreams' rows are locked (in id order) before their statuses are
+        # read: a completion of one in flight is waited for, so the states read here,
+        # and the open counts written below, see it finished or not at all.
+        status_of = _locked_statuses(using, model, {up for _, up, _, _ in stored})
+        for down, up, when, state in stored:
+            incoming.setdefault(down, []).append((up, _derived(state, when, status_of.get(up))))
         order = _dependency_order(cancelled, incoming)
         ruled_out: dict[uuid.UUID, uuid.UUID] = {}
         for node in order:
@@ -1147,24 +1117,102 @@ def resume(using: str, model: type[Job], job_id: uuid.UUID) -> list[uuid.UUID]:
         .filter(status__in=(JobStatus.WAITING, JobStatus.CANCELLED))
         .values("id")
     )
-    # A sole edge met was left unwritten (``_mark_edges``): its upstream's status said
-    # it, and that upstream is about to run again. Written now, as it used to be at
-    # the completion, so its next completion leaves it (state ``met``) and a reader
-    # does not take it for open. Only a released dependent's: the others reopen.
-    _write_sole_met(edges.exclude(downstream_id__in=unreleased), back)
-    edges.filter(upstream_id__in=list(back), downstream_id__in=unreleased).update(
-        state=m.EdgeState.OPEN
+    # An edge into a dependent already released was met (that release says so), but
+    # stored open its state is read from its upstream, which is about to run again:
+    # written ``met`` now, so its next completion leaves it and a reader does not
+    # take it for open. The others reopen.
+    leaving = edges.filter(upstream_id__in=list(back))
+    leaving.exclude(downstream_id__in=unreleased).filter(state=m.EdgeState.OPEN).update(
+        state=m.EdgeState.MET
     )
+    leaving.filter(downstream_id__in=unreleased).update(state=m.EdgeState.OPEN)
+    waiting_below = set(
+        model.objects.using(using)
+        .filter(id__in=leaving.values("downstream_id"), status=JobStatus.WAITING)
+        .values_list("id", flat=True)
+    )
+    _count_open_again(using, model, waiting_below | set(returning))
     return sorted(back - {job_id})
 
 
-def _write_sole_met(edges: Any, ups: Iterable[uuid.UUID]) -> None:
-    """Write ``met`` the sole edges leaving ``ups`` (finished nodes about to live again)
-    that are stored open: a finished upstream's sole edge is written unmet, or left
-    open because its outcome met it (``_mark_edges``)."""
-    edges.filter(upstream_id__in=list(ups), sole=True, state=_models().EdgeState.OPEN).update(
-        state=_models().EdgeState.MET
+def _derived(state: str, when: str, upstream_status: str | None) -> str:
+    """An edge's state: as stored unless stored ``open``, then its upstream's outcome
+    decides it (``met`` if its ``when`` accepts it), or it is open (upstream live)."""
+    m = _models()
+    if state != m.EdgeState.OPEN or upstream_status is None:
+        return state
+    outcome = OUTCOME_OF_STATUS.get(JobStatus(upstream_status))
+    if outcome is None:
+        return state
+    return str(m.EdgeState.MET if when in MET_BY[outcome] else m.EdgeState.UNMET)
+
+
+def _locked_statuses(
+    using: str, model: type[Job], ids: Iterable[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """The status of each of ``ids``, their rows locked first, in id order."""
+    wanted = sorted(ids)
+    found: dict[uuid.UUID, str] = {}
+    for start in range(0, len(wanted), 500):  # SQLite's limit on parameters
+        found.update(
+            model.objects.using(using)
+            .filter(id__in=wanted[start : start + 500])
+            .order_by("id")
+            .select_for_update()
+            .values_list("id", "status")
+        )
+    return found
+
+
+def _count_open_again(using: str, model: type[Job], ids: set[uuid.UUID]) -> None:
+    """Count anew the open edges (``WorkflowNode.open_upstreams``) of the waiting ``ids``.
+
+    For the nodes ``resume`` brought back and the waiting dependents of those that
+    live again. Their job rows are locked first (in id order), the lock every
+    completion deciding on them takes before it counts down: one in flight is
+    waited for, or waits, and its count-down then starts from this count. An edge
+    is open when stored so and its upstream has not finished.
+    """
+    if not ids:
+        return
+    m = _models()
+    waiting = sorted(
+        job_id
+        for job_id, status in _locked_statuses(using, model, ids).items()
+        if status == JobStatus.WAITING
     )
+    incoming = list(
+        m.WorkflowEdge.objects.using(using)
+        .filter(downstream_id__in=waiting, state=m.EdgeState.OPEN)
+        .values_list("downstream_id", "upstream_id")
+    )
+    ups = sorted({up for _, up in incoming})
+    live = {JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING}
+    alive: set[uuid.UUID] = set()
+    for start in range(0, len(ups), 500):
+        alive.update(
+            job_id
+            for job_id, status in model.objects.using(using)
+            .filter(id__in=ups[start : start + 500])
+            .values_list("id", "status")
+            if status in live
+        )
+    counts = Counter(down for down, up in incoming if up in alive)
+    by_count: dict[int, list[uuid.UUID]] = {}
+    for down in waiting:
+        by_count.setdefault(counts[down], []).append(down)
+    nodes = m.WorkflowNode.objects.using(using)
+    for count, downs in sorted(by_count.items()):
+        nodes.filter(job_id__in=downs).update(open_upstreams=count)
+
+
+def _write_decided(edges: Any, outcome: str) -> None:
+    """Write as decided by ``outcome`` the ``edges`` stored open (of one upstream that
+    finished so and is about to live again): ``met`` where their ``when`` accepts it."""
+    m = _models()
+    still_open = edges.filter(state=m.EdgeState.OPEN)
+    still_open.filter(when__in=MET_BY[outcome]).update(state=m.EdgeState.MET)
+    still_open.update(state=m.EdgeState.UNMET)
 
 
 def edge_states(
@@ -1172,33 +1220,27 @@ def edge_states(
 ) -> dict[int, str]:
     """Each edge's state (edge id → ``open``, ``met`` or ``unmet``), of one workflow or all.
 
-    What is stored, except for the sole edges a completion met without writing them
-    (``_mark_edges``): stored ``open``, they are met when their upstream's status is
-    an outcome their ``when`` accepts. For readers (the tests, an operator's
-    console): the release path never needs it.
+    A completion leaves its edges stored ``open`` (``_open_edges``): an edge stored
+    so is met or unmet once its upstream's status is an outcome (by whether its
+    ``when`` accepts it), open while it is not. Stored ``met`` and ``unmet`` are as
+    written (``resume``, or a completion before migration 0020). For readers (the
+    tests, an operator's console): the release path never needs it.
     """
     m = _models()
     edges = m.WorkflowEdge.objects.using(using)
     if workflow_id is not None:
         edges = edges.filter(workflow_id=workflow_id)
-    rows = list(edges.values_list("id", "upstream_id", "when", "state", "sole"))
+    rows = list(edges.values_list("id", "upstream_id", "when", "state"))
     open_state = m.EdgeState.OPEN
-    asked = sorted({up for _, up, _, state, sole in rows if sole and state == open_state})
-    outcomes: dict[uuid.UUID, str] = {}
+    asked = sorted({up for _, up, _, state in rows if state == open_state})
+    status_of: dict[uuid.UUID, str] = {}
     for start in range(0, len(asked), 500):  # SQLite's limit on parameters
-        for job_id, status in (
+        status_of.update(
             model.objects.using(using)
             .filter(id__in=asked[start : start + 500])
             .values_list("id", "status")
-        ):
-            outcome = OUTCOME_OF_STATUS.get(JobStatus(status))
-            if outcome is not None:
-                outcomes[job_id] = outcome
-    found: dict[int, str] = {}
-    for edge_id, up, when, state, sole in rows:
-        met = sole and state == open_state and when in MET_BY.get(outcomes.get(up, ""), ())
-        found[edge_id] = m.EdgeState.MET if met else state
-    return found
+        )
+    return {edge_id: _derived(state, when, status_of.get(up)) for edge_id, up, when, state in rows}
 
 
 def _dependency_order(

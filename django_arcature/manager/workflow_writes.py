@@ -85,6 +85,7 @@ def _node_bag(
     batch_id: uuid.UUID | None = None,
     when: str = "succeeded",
     has_dependents: bool = False,
+    open_upstreams: int = 0,
 ) -> SimpleNamespace:
     """A ``WorkflowNode`` row for :func:`insert_graph_rows`, defaults as the model's."""
     return SimpleNamespace(
@@ -95,6 +96,7 @@ def _node_bag(
         when=when,
         has_dependents=has_dependents,
         cancelled_by=None,
+        open_upstreams=open_upstreams,
     )
 
 
@@ -153,10 +155,11 @@ class WorkflowWrites(JobWriter):
                             workflow_id=run.id,
                             when=node.when,
                             has_dependents=node.has_dependents,
+                            open_upstreams=len(node.after),
                         )
                         for node in nodes
                     ],
-                    varying=("job_id", "name", "when", "has_dependents"),
+                    varying=("job_id", "name", "when", "has_dependents", "open_upstreams"),
                 )
                 open_state = m.EdgeState.OPEN
                 insert_graph_rows(

@@ -7,10 +7,11 @@ cancel and requeue work on it as on any job. What is new:
   the workflow is live (NULL never collides, so finished workflows free their key).
 - :class:`WorkflowNode`: one per node, keyed by its job's id: its name in the
   workflow, its ``when``, and which upstream node cancelled it (for resume).
-- :class:`WorkflowEdge`: one row per dependency. A completion writes only the
-  edges *leaving* its own job, so siblings finishing together write different
-  rows; only the last step (deciding on the dependent) takes the dependent's row
-  lock, at the end of the completion's transaction.
+- :class:`WorkflowEdge`: one row per dependency. A completion reads the edges
+  *leaving* its own job and writes none of them (its job's status says how they
+  were decided); only the last step (counting down the dependent's open edges,
+  ``WorkflowNode.open_upstreams``) takes the dependent's row lock, at the end of
+  the completion's transaction.
 - :class:`BatchRun` and :class:`BatchCounter`: a batch and its counters, split
   over a few shard rows so concurrent member completions rarely meet on one row;
   the counts are the sum of the shards (``BATCH_COUNTER_SHARDS`` rows, never the
@@ -201,6 +202,14 @@ class WorkflowNode(models.Model):
     has_dependents = models.BooleanField(default=False)
     #: The upstream job whose outcome cancelled this node (a requeue of it resumes this one).
     cancelled_by = models.UUIDField(null=True, blank=True)
+    #: While the node waits: how many of its edges are still open (their upstream has
+    #: not finished). A fan-in's completions take their met edges off it, one
+    #: ``UPDATE`` per dependent and flush, under the dependent's job-row lock, instead
+    #: of writing each edge (a non-HOT row version in every index of the edge table);
+    #: the one that takes it to zero releases the dependent. Not kept once the node
+    #: has left ``waiting``; ``dependencies.resume`` counts it again for a node that
+    #: comes back.
+    open_upstreams = models.IntegerField(default=0, db_default=0, editable=False)
 
     class Meta:
         verbose_name = _("workflow node")
@@ -214,7 +223,7 @@ class WorkflowNode(models.Model):
 
 
 class WorkflowEdge(models.Model):
-    """``downstream`` waits for ``upstream``; written by the upstream job's completion."""
+    """``downstream`` waits for ``upstream``; decided by the upstream job's outcome."""
 
     id = models.BigAutoField(primary_key=True)
     workflow = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="edges")
@@ -222,24 +231,23 @@ class WorkflowEdge(models.Model):
     downstream_id = models.UUIDField()
     #: The dependent's ``when``, copied so an upstream's completion decides its edges alone.
     when = models.CharField(max_length=16, choices=When.choices, default=When.SUCCEEDED)
-    #: As written; a ``sole`` edge met by its upstream's outcome stays ``open`` here
+    #: As written: a completion leaves it ``open`` (its upstream's status then says
+    #: how it was decided); ``met`` or ``unmet`` where a requeue of its upstream fixed
+    #: it, or a completion before migration 0020 wrote it
     #: (``dependencies.edge_states`` reads the state of every edge).
     state = models.CharField(max_length=8, choices=EdgeState.choices, default=EdgeState.OPEN)
     #: Whether this is the only edge into its dependent, as built (edges are never added
     #: to an enqueued workflow). The completion that finds a sole edge met releases the
-    #: dependent without probing its other edges (it has none), and leaves the edge's
-    #: ``state`` as it was: the dependent's release says it (``dependencies.edge_states``
-    #: derives it). False (the safe default, the general path) for edges written before 0017.
+    #: dependent without counting its open edges (it has no other). False (the safe
+    #: default, the general path) for edges written before 0017.
     sole = models.BooleanField(default=False, db_default=False)
 
     class Meta:
-        # The fan-in probe (``dependencies._edge_flags``) asks "is any edge of this
-        # dependent still open?". ``upstream_id`` last puts a dependent's open edges in
-        # an order unrelated to the order its upstreams finish in: on (downstream,
-        # state) alone the entries of edges already met (dead versions, until vacuum)
-        # came first in the order its siblings were claimed, so each probe of a wide
-        # fan-in stepped over all of them: quadratic, 16-90 ms a probe at 10,000
-        # (dependencies' lock held throughout), where this index takes about 1 ms.
+        # A dependent's edges, by state: ``resume``, the cancel's reason and readers.
+        # (Until 0020 a fan-in probe asked of it "is any edge of this dependent still
+        # open?"; ``upstream_id`` last kept that probe from stepping over the met
+        # edges' dead versions. Completions no longer write edges, so no version is
+        # left behind; the index is kept as it was.)
         indexes = (
             models.Index(
                 fields=["downstream_id", "state", "upstream_id"], name="arcature_edge_down_idx"
@@ -252,7 +260,7 @@ class WorkflowEdge(models.Model):
         )
 
     def __str__(self) -> str:
-        # Not the stored state: a sole edge met by its upstream stays "open" as stored
+        # Not the stored state: a decided edge stays "open" as stored
         # (``dependencies.edge_states`` gives every edge's state).
         return f"{self.upstream_id} → {self.downstream_id} (when {self.when})"
 

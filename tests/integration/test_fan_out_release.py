@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -29,7 +30,7 @@ from django_arcature.manager import dependencies
 from django_arcature.models import Job, JobStatus
 from django_arcature.transitions import ClaimTransition, Completion
 from django_arcature.workflows.build import Node
-from django_arcature.workflows.models import EdgeState, WorkflowCounter, WorkflowEdge
+from django_arcature.workflows.models import EdgeState, WorkflowCounter, WorkflowEdge, WorkflowNode
 from tests.testapp import workflow_jobs as wf
 
 from .conftest import fresh
@@ -150,9 +151,9 @@ def test_settle_reports_the_sole_and_the_shared_dependents_it_released() -> None
     assert fresh(b.job_id).status == JobStatus.PENDING
 
 
-def test_edges_written_before_the_sole_column_release_through_the_probe() -> None:
+def test_edges_written_before_the_sole_column_release_through_the_count() -> None:
     """Edges of 0016 and before read ``sole = false``: their dependents take the general
-    path (lock, probe) and are released all the same."""
+    path (lock, count of open edges down to zero) and are released all the same."""
     _, (root, *middle), sink = fan(5)
     WorkflowEdge.objects.update(sole=False)
     token = claim(root.job_id).claim_token
@@ -168,14 +169,15 @@ needs_two_writers = pytest.mark.only_on(
 
 
 @needs_two_writers
-def test_a_sibling_waiting_for_the_dependents_lock_sees_the_others_edge() -> None:
-    """Two last siblings at once: the second, queued on the dependent's row lock, reads
-    the edges after the lock is granted, so it sees the first's edge met and releases.
+def test_a_sibling_waiting_for_the_dependents_lock_counts_from_the_others_count() -> None:
+    """Two last siblings at once: the second, queued on the dependent's row lock,
+    counts the dependent's open edges down from the count the first committed, so it
+    reaches zero and releases.
 
-    The first holds its transaction open (its edge met, the dependent locked and left
-    waiting) until the second is queued on the lock; then it commits. Were the edges
-    read with the lock's own snapshot (or before it), the second would see the first's
-    edge open, and the fan-in would wait for ever.
+    The first holds its transaction open (its edge counted, the dependent locked and
+    left waiting) until the second is queued on the lock; then it commits. Were the
+    count read before the lock (or with the lock's own snapshot), the second would
+    leave one edge open, and the fan-in would wait for ever.
     """
     flow = Workflow("two at once")
     ups = [flow.add(wf.step, str(i)) for i in range(2)]
@@ -211,6 +213,72 @@ def test_a_sibling_waiting_for_the_dependents_lock_sees_the_others_edge() -> Non
     assert not errors, errors
     assert not other_errors, other_errors
     assert fresh(sink.job_id).status == JobStatus.PENDING
+    assert WorkflowNode.objects.get(job_id=sink.job_id).open_upstreams == 0
+
+
+@needs_two_writers
+def test_a_requeue_racing_a_sibling_completion_counts_what_committed() -> None:
+    """An operator requeues X, whose death cancelled D, while D's other upstream V is
+    completing on a worker: D comes back waiting for X alone, and X's success releases it.
+
+    The worker holds V's completion open (V succeeded, its edge into D read, D
+    cancelled so not counted) until the requeue is queued on a lock; then it
+    commits. The requeue locks D's upstreams before it counts D's open edges, so it
+    counts after V's commit. Had it read V's status without that lock it would have
+    seen V running, counted two open edges, and D would wait for ever.
+    """
+    while True:
+        flow = Workflow("requeue racing a sibling")
+        x = flow.add(wf.step, "x")
+        v = flow.add(wf.step, "v")
+        d = flow.add(wf.step, "d", after=[x, v])
+        # W keeps the workflow busy in V's completion, which then leaves the workflow's
+        # row alone; and V's completion and the requeue write different counter
+        # shards. Either would make the requeue queue there and count after V's
+        # commit by chance.
+        y = flow.add(wf.step, "y")
+        flow.add(wf.step, "w", after=[v, y])
+        shards = dependencies.workflow_shards(5)
+        shard = {n: zlib.crc32(n.job_id.bytes) % shards for n in (x, v, d)}
+        if shard[v] not in (shard[x], shard[d]):
+            break
+    flow.enqueue()
+    dying = claim(x.job_id)
+    assert Job.objects.mark_dead(x.job_id, dying.claim_token, "permanent", "boom") is (
+        ClaimTransition.UPDATED
+    )
+    assert fresh(d.job_id).status == JobStatus.CANCELLED
+    running = claim(v.job_id)
+    holding, release = threading.Event(), threading.Event()
+
+    def complete_v() -> None:
+        with transaction.atomic():
+            outcome = Job.objects.mark_succeeded(v.job_id, running.claim_token)
+            assert outcome is ClaimTransition.UPDATED
+            holding.set()
+            assert release.wait(30)
+
+    thread, errors = in_thread(complete_v)
+    assert holding.wait(30)
+    requeued = threading.Event()
+
+    def requeue_x() -> None:
+        assert Job.objects.requeue_dead(x.job_id) == 1
+        requeued.set()
+
+    other, other_errors = in_thread(requeue_x)
+    assert waiting_for_a_lock(lambda: requeued.is_set()), "the requeue never queued"
+    assert not requeued.is_set()
+    release.set()
+    thread.join(30)
+    other.join(30)
+    assert not errors, errors
+    assert not other_errors, other_errors
+    assert fresh(d.job_id).status == JobStatus.WAITING
+    assert WorkflowNode.objects.get(job_id=d.job_id).open_upstreams == 1
+    again = claim(x.job_id)
+    assert Job.objects.mark_succeeded(x.job_id, again.claim_token) is ClaimTransition.UPDATED
+    assert fresh(d.job_id).status == JobStatus.PENDING
 
 
 #: Sessions of this database waiting for a row lock right now. On MariaDB a locking
@@ -255,53 +323,29 @@ def in_thread(target: Callable[[], None]) -> tuple[threading.Thread, list[BaseEx
     return thread, errors
 
 
-@pytest.mark.only_on("postgresql", reason="reads PostgreSQL's index statistics")
-def test_the_fan_in_probe_does_not_step_over_the_met_edges() -> None:
-    """The probe's cost does not grow with the siblings already finished.
+def test_a_wide_fan_ins_completions_write_no_edge_and_count_the_sink_down() -> None:
+    """Flushes of a wide fan-in's middle nodes leave every edge row as built and take
+    the sink's count of open edges down by the nodes each flush finished.
 
-    Most of a fan-in's edges are met in the order they were written, while an older
-    snapshot keeps their dead versions from being pruned (as a concurrent
-    transaction does). On an index of (downstream, state) alone the probe stepped over
-    every one of them, under the dependent's lock: the stalled benchmark rounds. On
-    ``arcature_edge_down_idx`` as it is, it reads a few entries (501 on the old index).
+    Writing each edge (a row version in every index of the edge table) was a
+    fan-in node's largest cost; the count is one row per dependent and flush.
     """
-    width = 600
+    width = 300
     _, (root, *middle), sink = fan(width)
     token = claim(root.job_id).claim_token
     assert Job.objects.mark_succeeded(root.job_id, token) is ClaimTransition.UPDATED
-    holding, done = threading.Event(), threading.Event()
-
-    def hold_a_snapshot() -> None:
-        with transaction.atomic():
-            Job.objects.filter(id=sink.job_id).exists()  # the snapshot is taken here
-            holding.set()
-            assert done.wait(60)
-
-    thread, errors = in_thread(hold_a_snapshot)
-    try:
-        assert holding.wait(30)
-        finished = [node.job_id for node in middle[: width - 100]]  # in the order written
-        with transaction.atomic():
-            marked, _ = dependencies._mark_edges("default", finished, dependencies.SUCCEEDED)
-            assert len(marked) == 1  # the sink, from every one of its edges marked
-        before = index_entries_read()
-        flags = dependencies._edge_flags("default", Job, [sink.job_id])
-        read = index_entries_read() - before
-    finally:
-        done.set()
-        thread.join(30)
-    assert not errors, errors
-    assert flags == [(sink.job_id, True, False)]
-    assert read < 100, f"the probe read {read} index entries past {width - 100} met edges"
-
-
-def index_entries_read() -> int:
-    """Entries ``arcature_edge_down_idx`` has handed to scans so far (live or dead)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_force_next_flush()")  # this session's counts, now
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT idx_tup_read FROM pg_stat_user_indexes "
-            "WHERE indexrelname = 'arcature_edge_down_idx'"
-        )
-        return int(cursor.fetchone()[0])
+    done = 0
+    for start in range(0, width - 1, 100):
+        flush = [claim(node.job_id) for node in middle[: width - 1][start : start + 100]]
+        completions = [
+            Completion(job.id, job.claim_token, "succeeded", attempt_log=[]) for job in flush
+        ]
+        assert Job.objects.write_completions(completions)
+        done += len(flush)
+        assert not WorkflowEdge.objects.exclude(state=EdgeState.OPEN).exists()
+        assert WorkflowNode.objects.get(job_id=sink.job_id).open_upstreams == width - done
+        assert fresh(sink.job_id).status == JobStatus.WAITING
+    last = claim(middle[-1].job_id)
+    assert Job.objects.mark_succeeded(last.id, last.claim_token) is ClaimTransition.UPDATED
+    assert fresh(sink.job_id).status == JobStatus.PENDING
+    assert set(dependencies.edge_states("default", Job).values()) == {EdgeState.MET}

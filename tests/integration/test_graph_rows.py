@@ -117,6 +117,7 @@ def test_text_with_copy_control_characters_is_stored_as_given() -> None:
             when="always",
             has_dependents=index % 2 == 0,
             cancelled_by=None,
+            open_upstreams=0,
         )
         for index, name in enumerate(names)
     ]

@@ -210,11 +210,13 @@ def edge_state(up: Node, down: Node) -> tuple[str, str]:
     return edge.state, dependencies.edge_states("default", Job, edge.workflow_id)[edge.id]
 
 
-def test_a_sole_edge_met_is_not_written_and_a_requeue_of_its_upstream_writes_it() -> None:
-    """The completion that meets a sole edge leaves it unwritten (its dependent's
-    release says it); readers get ``met`` from ``edge_states``. A requeue of the
-    upstream writes it, so the upstream's next outcome (one the dependent's ``when``
-    does not accept) neither rewrites it unmet nor touches the released dependent."""
+def test_a_decided_edge_is_not_written_and_a_requeue_of_its_upstream_writes_it() -> None:
+    """The completion that decides an edge leaves it stored open (its upstream's
+    status says how it was decided); readers get ``met`` or ``unmet`` from
+    ``edge_states``. A requeue of the upstream writes the edge into the dependent it
+    released, so the upstream's next outcome (one that dependent's ``when`` does not
+    accept) neither makes it unmet nor touches the released dependent; the edge into
+    the dependent it cancelled is open again, and decided again by the next outcome."""
     flow = Workflow("sole edges")
     a = flow.add(wf.step, "a")
     ship = flow.add(wf.step, "ship", after=[a])
@@ -223,7 +225,7 @@ def test_a_sole_edge_met_is_not_written_and_a_requeue_of_its_upstream_writes_it(
     die(a.job_id)
     assert (status(ship), status(refund)) == ("cancelled", "pending")
     assert edge_state(a, refund) == (EdgeState.OPEN, EdgeState.MET)
-    assert edge_state(a, ship) == (EdgeState.UNMET, EdgeState.UNMET)  # unmet is written
+    assert edge_state(a, ship) == (EdgeState.OPEN, EdgeState.UNMET)  # read from a's status
     assert Job.objects.requeue_dead(a.job_id) == 1
     assert (status(ship), status(refund)) == ("waiting", "pending")
     assert edge_state(a, refund) == (EdgeState.MET, EdgeState.MET)

@@ -257,14 +257,14 @@ class WorkflowModel(MemberMachine):
 
     @invariant()
     def edges_read_as_the_model_says(self) -> None:
-        """``edge_states`` (the stored state, ``met`` for a sole edge a completion met
-        without writing it) is the model's edge after every step: requeues, reruns in
-        a cancelled workflow and sweeps included.
+        """``edge_states`` (an edge stored open read from its upstream's outcome) is
+        the model's edge after every step: requeues, reruns in a cancelled workflow
+        and sweeps included.
 
-        Left out: a sole ``when="always"`` edge from a node the workflow's cancel took.
-        No completion decided it (a fan-in edge stays open there), but its upstream
-        reads cancelled, an outcome ``always`` accepts, so it is derived ``met``: the
-        rows do not say whether that cancel ran the cascade.
+        Left out: the edges from a node the workflow's cancel took. No completion
+        decided them (the model keeps them open), but their upstream reads
+        cancelled, so they are derived as that outcome decides them: the rows do
+        not say whether that cancel ran the cascade, and nothing waits on them.
         """
         if not hasattr(self, "ids"):
             return
@@ -272,11 +272,11 @@ class WorkflowModel(MemberMachine):
         derived = edge_states("default", Job, self.flow.run.pk)
         index = {job_id: i for i, job_id in enumerate(self.ids)}
         rows = WorkflowEdge.objects.filter(workflow_id=self.flow.run.pk).values_list(
-            "id", "upstream_id", "downstream_id", "sole"
+            "id", "upstream_id", "downstream_id"
         )
-        for edge_id, up, down, sole in rows:
+        for edge_id, up, down in rows:
             u, d = index[up], index[down]
-            if sole and u in self.cancelled_with_the_workflow and self.when[d] == "always":
+            if u in self.cancelled_with_the_workflow:
                 continue
             assert derived[edge_id] == self.edge[(u, d)], (u, d, self.status)
 
