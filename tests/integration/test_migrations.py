@@ -140,3 +140,39 @@ def test_postgresql_storage_options_and_sweep_index_both_ways() -> None:
         cursor.execute(f"UPDATE {TABLE} SET lease_expires_at = locked_at - interval '1 second'")
     assert Job.objects.sweep_expired_leases() == 1
     assert Job.objects.get(id=claimed.id).status == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_open_edge_counts_are_counted_for_the_nodes_waiting_at_the_upgrade() -> None:
+    """0020 counts each waiting node's open edges: stored ``open`` with a live upstream.
+
+    Before 0020 a completion wrote its fan-in edges ``met`` (D's edge from A, below);
+    since, it leaves them stored open and its status says it (Z's edge from X). Both
+    are decided, neither is counted; the edges from upstreams still live are. The
+    dependents are then released by their last upstream's completion, as any other.
+    """
+    from django_arcature import Workflow
+    from django_arcature.workflows.models import EdgeState, WorkflowEdge, WorkflowNode
+    from tests.integration.test_workflows import succeed
+    from tests.testapp import workflow_jobs as wf
+
+    flow = Workflow("upgraded")
+    a, b, x, y = (flow.add(wf.step, name) for name in "abxy")
+    d = flow.add(wf.step, "d", after=[a, b])
+    z = flow.add(wf.step, "z", after=[x, y])
+    flow.enqueue()
+    succeed(a.job_id)
+    succeed(x.job_id)
+    try:
+        call_command("migrate", "django_arcature", "0019", verbosity=0)
+        WorkflowEdge.objects.filter(upstream_id=a.job_id).update(state=EdgeState.MET)
+    finally:
+        call_command("migrate", "django_arcature", verbosity=0)
+    counts = dict(WorkflowNode.objects.values_list("job_id", "open_upstreams"))
+    assert (counts[d.job_id], counts[z.job_id]) == (1, 1)
+    assert {counts[n.job_id] for n in (a, b, x, y)} == {0}
+    succeed(b.job_id)
+    succeed(y.job_id)
+    assert set(
+        Job.objects.filter(id__in=[d.job_id, z.job_id]).values_list("status", flat=True)
+    ) == {"pending"}
