@@ -149,10 +149,10 @@ def settle(
                 sizes[workflow_id] = size
     # The counters first, the dependents' row locks last: a wide fan-in's dependent
     # is the row every sibling's completion queues on, so it is held for as little
-    # of the transaction as can be (its lock, its probe, the commit). The counts of
+    # of the transaction as can be (its lock, its count, the commit). The counts of
     # nodes the cascade cancels go to the shard already written.
     # On PostgreSQL the counter statements go in one round trip with the cascade's
-    # first edge UPDATE (``_mark_edges``), in that order.
+    # first read of edges (``_open_edges``), in that order.
     deferred: list[tuple[str, list[Any]]] | None = (
         [] if upstream and _one_round_trip(connections[using]) else None
     )

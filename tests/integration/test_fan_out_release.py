@@ -184,34 +184,13 @@ def test_a_sibling_waiting_for_the_dependents_lock_counts_from_the_others_count(
     sink = flow.add(wf.step, "sink", after=ups)
     flow.enqueue()
     first, second = (claim(n.job_id) for n in ups)
-    holding = threading.Event()
-    release = threading.Event()
-
-    def complete_first() -> None:
-        with transaction.atomic():
-            outcome = Job.objects.mark_succeeded(first.id, first.claim_token)
-            assert outcome is ClaimTransition.UPDATED
-            holding.set()
-            assert release.wait(30)
-
-    thread, errors = in_thread(complete_first)
-    assert holding.wait(30)
-    second_done = threading.Event()
 
     def complete_second() -> None:
         outcome = Job.objects.mark_succeeded(second.id, second.claim_token)
         assert outcome is ClaimTransition.UPDATED
-        second_done.set()
 
-    other, other_errors = in_thread(complete_second)
     # Let go only once the second is queued on a lock (the dependent's row).
-    assert waiting_for_a_lock(lambda: second_done.is_set()), "the second never queued"
-    assert not second_done.is_set()
-    release.set()
-    thread.join(30)
-    other.join(30)
-    assert not errors, errors
-    assert not other_errors, other_errors
+    complete_held_open_while(first.id, first.claim_token, complete_second, "second")
     assert fresh(sink.job_id).status == JobStatus.PENDING
     assert WorkflowNode.objects.get(job_id=sink.job_id).open_upstreams == 0
 
@@ -249,36 +228,46 @@ def test_a_requeue_racing_a_sibling_completion_counts_what_committed() -> None:
     )
     assert fresh(d.job_id).status == JobStatus.CANCELLED
     running = claim(v.job_id)
-    holding, release = threading.Event(), threading.Event()
-
-    def complete_v() -> None:
-        with transaction.atomic():
-            outcome = Job.objects.mark_succeeded(v.job_id, running.claim_token)
-            assert outcome is ClaimTransition.UPDATED
-            holding.set()
-            assert release.wait(30)
-
-    thread, errors = in_thread(complete_v)
-    assert holding.wait(30)
-    requeued = threading.Event()
 
     def requeue_x() -> None:
         assert Job.objects.requeue_dead(x.job_id) == 1
-        requeued.set()
 
-    other, other_errors = in_thread(requeue_x)
-    assert waiting_for_a_lock(lambda: requeued.is_set()), "the requeue never queued"
-    assert not requeued.is_set()
-    release.set()
-    thread.join(30)
-    other.join(30)
-    assert not errors, errors
-    assert not other_errors, other_errors
+    complete_held_open_while(v.job_id, running.claim_token, requeue_x, "requeue")
     assert fresh(d.job_id).status == JobStatus.WAITING
     assert WorkflowNode.objects.get(job_id=d.job_id).open_upstreams == 1
     again = claim(x.job_id)
     assert Job.objects.mark_succeeded(x.job_id, again.claim_token) is ClaimTransition.UPDATED
     assert fresh(d.job_id).status == JobStatus.PENDING
+
+
+def complete_held_open_while(
+    job_id: uuid.UUID, token: uuid.UUID, second: Callable[[], None], what: str
+) -> None:
+    """Complete ``job_id`` (succeeded) in a transaction held open until ``second``,
+    run in another thread, is queued on a lock; then commit, and let ``second`` end."""
+    holding, release, second_done = threading.Event(), threading.Event(), threading.Event()
+
+    def complete_first() -> None:
+        with transaction.atomic():
+            outcome = Job.objects.mark_succeeded(job_id, token)
+            assert outcome is ClaimTransition.UPDATED
+            holding.set()
+            assert release.wait(30)
+
+    def run_second() -> None:
+        second()
+        second_done.set()
+
+    thread, errors = in_thread(complete_first)
+    assert holding.wait(30)
+    other, other_errors = in_thread(run_second)
+    assert waiting_for_a_lock(lambda: second_done.is_set()), f"the {what} never queued"
+    assert not second_done.is_set()
+    release.set()
+    thread.join(30)
+    other.join(30)
+    assert not errors, errors
+    assert not other_errors, other_errors
 
 
 #: Sessions of this database waiting for a row lock right now. On MariaDB a locking
